@@ -1,0 +1,91 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// ErrUnknownOutcome is returned (wrapped) by Publish when the broker may or
+// may not have written the message: a timeout, or a connection lost after
+// the write left. It is the reverse of database/sql's driver.ErrBadConn rule:
+// a transport never reports a plain failure when the message may be out.
+// Retry with the same ID; consumers dedupe.
+var ErrUnknownOutcome = errors.New("transport: publish outcome unknown")
+
+// ErrSettled is returned by Ack or Nack on a delivery already settled. The
+// second call does nothing.
+var ErrSettled = errors.New("transport: delivery already settled")
+
+// ErrClosed is returned by calls on a closed publisher, subscriber or stream.
+var ErrClosed = errors.New("transport: closed")
+
+// ErrTooLarge is returned (wrapped) by Publish when a message exceeds the
+// broker's size limit (Semantics.MaxPayload). Nothing was sent.
+var ErrTooLarge = errors.New("transport: message too large")
+
+// ErrInvalidOption is wrapped by every error about configuration: an unknown
+// URL query key, a bad value, a bad combination of options.
+var ErrInvalidOption = errors.New("transport: invalid option")
+
+// ErrUnknownScheme is returned by Open for a URL whose scheme no transport
+// registered. Did the program blank-import the transport package?
+var ErrUnknownScheme = errors.New("transport: unknown scheme")
+
+// BatchError reports, per message, the outcome of a batch publish. Errs has
+// one entry per message, nil where the message was confirmed.
+type BatchError struct {
+	Errs []error
+}
+
+// Error summarises the failures.
+func (e *BatchError) Error() string {
+	n, first := 0, error(nil)
+	for _, err := range e.Errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	return fmt.Sprintf("transport: %d of %d messages not confirmed; first: %v", n, len(e.Errs), first)
+}
+
+// Unwrap returns the per-message errors, so errors.Is(err,
+// ErrUnknownOutcome) holds if any message's outcome is unknown.
+func (e *BatchError) Unwrap() []error {
+	out := make([]error, 0, len(e.Errs))
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// UnknownKeys returns an error wrapping ErrInvalidOption that names every key
+// of opts not in known, or nil. Transports use it to reject unknown URL query
+// keys and Subscription.Options.
+func UnknownKeys(scheme string, opts map[string]string, known ...string) error {
+	var bad []string
+	for k := range opts {
+		found := false
+		for _, w := range known {
+			if k == w {
+				found = true
+				break
+			}
+		}
+		if !found {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return fmt.Errorf("%w: %s: unknown option(s) %s (known: %s)", ErrInvalidOption, scheme,
+		strings.Join(bad, ", "), strings.Join(known, ", "))
+}

@@ -1,0 +1,135 @@
+package transport
+
+import "time"
+
+// Semantics is what a stream declares it guarantees. The Router reads it to
+// pick defaults (per-key ordering where the stream keeps order), the docs
+// table is generated from it, and transporttest checks every field declared.
+// A capability the broker lacks is declared false or None, never faked.
+type Semantics struct {
+	// Transport is the scheme name ("memory", "kafka", ...).
+	Transport string
+
+	// Ordering is the scope within which deliveries arrive in publish order.
+	Ordering Ordering
+
+	// Ack is how settled deliveries are recorded at the broker.
+	Ack AckModel
+
+	// Redelivery is what makes the broker deliver an unacked message again.
+	Redelivery Redelivery
+
+	// NackDelay reports whether Nack honours its delay at the broker.
+	NackDelay bool
+
+	// Attempts reports whether Facts.Attempt is the broker's own delivery
+	// count (it then survives a consumer crash). When false the count is kept
+	// in process and restarts at 1 in a new consumer.
+	Attempts bool
+
+	// Extend reports whether deliveries implement [Extender].
+	Extend bool
+
+	// NativeDLQ reports whether the broker moves poison messages to a
+	// dead-letter queue by itself (SQS redrive, RabbitMQ DLX with a delivery
+	// limit) once its limit is reached.
+	NativeDLQ bool
+
+	// Replay reports whether a new group can start at the oldest retained
+	// message (Subscription.StartAtOldest) and see history.
+	Replay bool
+
+	// Headers reports whether Message.Headers travel natively. When false
+	// (raw MQTT) headers are lost unless an envelope is configured.
+	Headers bool
+
+	// MaxPayload is the largest payload the broker accepts, in bytes; 0 means
+	// no limit Ferry knows of. Publishing more returns [ErrTooLarge].
+	MaxPayload int
+
+	// RedeliveryDelay is the longest a consumer waits, after a Nack with no
+	// delay or a closed consumer, before the broker redelivers; transporttest
+	// uses it to bound its waits. Zero means promptly.
+	RedeliveryDelay time.Duration
+}
+
+// Ordering is the scope of a transport's ordering guarantee.
+type Ordering int
+
+const (
+	// OrderNone: no order is kept (SQS standard).
+	OrderNone Ordering = iota
+	// OrderPerKey: messages with the same Key arrive in publish order on one
+	// stream (Kafka and memory partitions, SQS FIFO groups, sharded streams).
+	OrderPerKey
+	// OrderPerTopic: all messages of a topic or queue arrive in publish order
+	// (a single active consumer, an MQTT topic within a session).
+	OrderPerTopic
+)
+
+// String returns the name used in docs.
+func (o Ordering) String() string {
+	switch o {
+	case OrderPerKey:
+		return "per-key"
+	case OrderPerTopic:
+		return "per-topic"
+	default:
+		return "none"
+	}
+}
+
+// Keeps reports whether o keeps per-key order (OrderPerTopic implies it).
+func (o Ordering) Keeps() bool { return o != OrderNone }
+
+// AckModel is how a transport records acks.
+type AckModel int
+
+const (
+	// AckPerMessage: each message is acked on its own (XACK, basic.ack,
+	// DeleteMessage, memory), possibly coalesced into batches.
+	AckPerMessage AckModel = iota
+	// AckOffset: a committed offset covers a contiguous prefix (Kafka).
+	AckOffset
+	// AckInOrder: acks must be sent in arrival order (MQTT PUBACK); the
+	// transport holds later acks until earlier ones are settled.
+	AckInOrder
+)
+
+// String returns the name used in docs.
+func (a AckModel) String() string {
+	switch a {
+	case AckOffset:
+		return "offset"
+	case AckInOrder:
+		return "in-order"
+	default:
+		return "per-message"
+	}
+}
+
+// Redelivery is what triggers a broker redelivery of an unsettled message.
+type Redelivery int
+
+const (
+	// RedeliverOnNack: a Nack, or a consumer closing without acking, makes
+	// the broker redeliver (memory, RabbitMQ, Redis, Kafka, SQS).
+	RedeliverOnNack Redelivery = iota
+	// RedeliverOnReconnect: only a reconnecting persistent session gets
+	// unacked messages again (MQTT). Nack is unsupported; retry in process.
+	RedeliverOnReconnect
+	// RedeliverNever: the broker never redelivers.
+	RedeliverNever
+)
+
+// String returns the name used in docs.
+func (r Redelivery) String() string {
+	switch r {
+	case RedeliverOnReconnect:
+		return "on-reconnect"
+	case RedeliverNever:
+		return "never"
+	default:
+		return "on-nack"
+	}
+}
