@@ -132,9 +132,11 @@ type Delivery interface {
 }
 
 // An Extender is a Delivery whose broker leases it (SQS visibility, Redis
-// PEL idle time). Extend pushes the lease out so that no other consumer takes
-// the message while the handler still works on it. The Router calls it on a
-// heartbeat for long-running handlers where Semantics.Extend is true.
+// PEL idle time). Extend pushes the lease out by d (0 means the transport's
+// configured lease) so that no other consumer takes the message while the
+// handler still works on it. Transports with leases also extend on their own
+// heartbeat while a delivery is unsettled, up to a configured maximum, so
+// handlers need not call it; it is there for explicit control.
 type Extender interface {
 	Extend(ctx context.Context, d time.Duration) error
 }

@@ -1,0 +1,270 @@
+package ferry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/transport"
+)
+
+// ErrAbandoned is wrapped by the error of Close (and Run) when the drain
+// deadline passed with messages unfinished. They were not acked: the broker
+// redelivers them. Read the details with errors.As and *[AbandonedError].
+var ErrAbandoned = errors.New("ferry: messages abandoned at shutdown")
+
+// ErrClosed is returned by Add, Run and Close on a Router already closed or
+// closing, and by Run on a Router already running.
+var ErrClosed = errors.New("ferry: router closed")
+
+// ErrInvalidOption is wrapped by errors about Router or subscription options.
+var ErrInvalidOption = errors.New("ferry: invalid option")
+
+// AbandonedError says what a shutdown abandoned: messages received but not
+// finished when the drain deadline passed. None of them was acked.
+type AbandonedError struct {
+	// Count is the number of abandoned messages, per subscription.
+	Count map[string]int
+	// IDs holds up to 100 IDs of abandoned messages, per subscription.
+	IDs map[string][]string
+}
+
+// Error summarises the abandoned messages.
+func (e *AbandonedError) Error() string {
+	var b strings.Builder
+	b.WriteString("ferry: shutdown abandoned unfinished messages (not acked, the broker will redeliver):")
+	for name, n := range e.Count {
+		fmt.Fprintf(&b, " %s: %d %v;", name, n, e.IDs[name])
+	}
+	return strings.TrimSuffix(b.String(), ";")
+}
+
+// Is reports whether target is [ErrAbandoned].
+func (e *AbandonedError) Is(target error) bool { return target == ErrAbandoned }
+
+// Router runs subscriptions through handlers. It owns concurrency, per-key
+// order and the ack decision: a delivery is acked when its handler chain
+// returns nil and nacked (with the [handler.RetryAfter] delay, if any) when it
+// returns an error. A panic in a handler is recovered and becomes an error
+// for that message.
+//
+// Add every subscription, then call Run. A Router runs once.
+type Router struct {
+	cfg routerConfig
+
+	mu      sync.Mutex
+	subs    []*subscription
+	state   int // stateNew, stateRunning, stateStopping
+	ready   chan struct{}
+	stopped chan struct{} // closed when the shutdown finished
+	stopErr error
+	stopReq chan context.Context
+	closing bool
+}
+
+const (
+	stateNew = iota
+	stateRunning
+	stateStopping
+)
+
+// NewRouter returns a Router configured by opts.
+func NewRouter(opts ...Option) (*Router, error) {
+	cfg := routerConfig{logger: slog.Default(), drainTimeout: 30 * time.Second}
+	for _, o := range opts {
+		o.applyRouter(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Router{
+		cfg:     cfg,
+		ready:   make(chan struct{}),
+		stopped: make(chan struct{}),
+		stopReq: make(chan context.Context, 1),
+	}, nil
+}
+
+// Add registers a subscription: Run opens sub on s and passes every delivery
+// to h. The name identifies the subscription in logs, in Facts.Subscription
+// and in dead-letter headers, and must be unique in the Router. Add must be
+// called before Run.
+func (r *Router) Add(name string, s transport.Subscriber, sub transport.Subscription, h handler.Handler, opts ...SubscriptionOption) error {
+	cfg := subConfig{concurrency: 16}
+	for _, o := range opts {
+		o.applySubscription(&cfg)
+	}
+	if cfg.maxInFlight == 0 {
+		cfg.maxInFlight = max(1024, cfg.concurrency)
+	}
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("ferry: add %q: %w", name, err)
+	}
+	if name == "" || s == nil || h == nil {
+		return fmt.Errorf("%w: add needs a name, a subscriber and a handler", ErrInvalidOption)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state != stateNew || r.closing {
+		return fmt.Errorf("ferry: add %q: %w", name, ErrClosed)
+	}
+	for _, other := range r.subs {
+		if other.name == name {
+			return fmt.Errorf("%w: subscription %q added twice", ErrInvalidOption, name)
+		}
+	}
+	sub.MaxInFlight = cfg.maxInFlight
+	r.subs = append(r.subs, &subscription{
+		name: name, subscriber: s, spec: sub, handler: h, cfg: cfg, log: r.cfg.logger.With("subscription", name),
+	})
+	return nil
+}
+
+// Ready returns a channel closed once Run has opened every subscription's
+// stream.
+func (r *Router) Ready() <-chan struct{} { return r.ready }
+
+// Run opens every subscription and runs them until ctx is cancelled or Close
+// is called. It then stops intake and drains: messages already received get
+// until the drain deadline (DrainTimeout after ctx's cancellation, or Close's
+// context) to finish; those that finish are acked, and those that do not are
+// abandoned unacked and reported in the returned error, which wraps
+// [ErrAbandoned]. Run returns nil after a clean shutdown.
+//
+// Handlers' contexts are not cancelled by ctx: they are cancelled only when
+// the drain deadline passes.
+func (r *Router) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.state != stateNew || r.closing {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	r.state = stateRunning
+	subs := r.subs
+	r.mu.Unlock()
+
+	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	intakeCtx, stopIntake := context.WithCancel(ctx)
+	defer stopIntake()
+
+	for i, s := range subs {
+		if err := s.open(ctx); err != nil {
+			for _, o := range subs[:i] {
+				_ = o.stream.Close(context.WithoutCancel(ctx))
+			}
+			r.finish(err)
+			return err
+		}
+	}
+	for _, s := range subs {
+		s.start(intakeCtx, handlerCtx)
+	}
+	close(r.ready)
+
+	var drainCtx context.Context
+	select {
+	case <-ctx.Done():
+		var cancel context.CancelFunc
+		drainCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.drainTimeout)
+		defer cancel()
+	case drainCtx = <-r.stopReq:
+	}
+	r.mu.Lock()
+	r.state = stateStopping
+	r.mu.Unlock()
+
+	stopIntake()
+	err := r.drain(drainCtx, subs, cancelHandlers)
+	r.finish(err)
+	return err
+}
+
+func (r *Router) finish(err error) {
+	r.mu.Lock()
+	r.stopErr = err
+	r.state = stateStopping
+	r.mu.Unlock()
+	close(r.stopped)
+}
+
+// drain waits for every subscription's workers until ctx ends, then abandons
+// what is left and closes the streams.
+func (r *Router) drain(ctx context.Context, subs []*subscription, cancelHandlers context.CancelFunc) error {
+	done := make(chan struct{})
+	go func() {
+		for _, s := range subs {
+			s.wait()
+		}
+		close(done)
+	}()
+	var abandoned *AbandonedError
+	select {
+	case <-done:
+	case <-ctx.Done():
+		abandoned = &AbandonedError{Count: map[string]int{}, IDs: map[string][]string{}}
+		for _, s := range subs {
+			if n, ids := s.abandon(); n > 0 {
+				abandoned.Count[s.name] = n
+				abandoned.IDs[s.name] = ids
+			}
+		}
+		cancelHandlers()
+		if len(abandoned.Count) == 0 {
+			abandoned = nil
+		}
+	}
+	var errs []error
+	closeCtx := context.WithoutCancel(ctx)
+	for _, s := range subs {
+		if err := s.stream.Close(closeCtx); err != nil && !errors.Is(err, transport.ErrClosed) {
+			errs = append(errs, fmt.Errorf("ferry: close %q: %w", s.name, err))
+		}
+	}
+	if abandoned != nil {
+		r.cfg.logger.Warn("ferry: shutdown abandoned messages", "count", abandoned.Count)
+		errs = append(errs, abandoned)
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the Router: it stops intake, lets in-flight messages finish
+// until ctx ends, acks what finished and acks nothing that did not, closes
+// the streams, and returns an error wrapping [ErrAbandoned] that says what
+// was abandoned, if anything. It waits for Run to return. Close on a Router
+// that never ran marks it closed. Calling Close again returns the first
+// result.
+func (r *Router) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.state == stateNew {
+		r.closing = true
+		r.mu.Unlock()
+		return nil
+	}
+	first := !r.closing
+	r.closing = true
+	r.mu.Unlock()
+	if first {
+		select {
+		case r.stopReq <- ctx:
+		default:
+		}
+	}
+	select {
+	case <-r.stopped:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.stopErr
+	case <-ctx.Done():
+		// Run's drain uses the same ctx and is returning; wait for it.
+		<-r.stopped
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.stopErr
+	}
+}

@@ -1,0 +1,295 @@
+package ferry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/transport"
+)
+
+// subscription is one running subscription: a receive loop that feeds a
+// bounded set of workers, with per-key sequencing when ordered.
+//
+// The per-message path takes no Router-wide lock: the in-flight bound is a
+// buffered channel, and per-key state lives in 64 independently locked
+// shards chosen by a hash of the key. A worker that finishes a message of a
+// busy key takes the key's next message itself, so a key's messages run back
+// to back on one worker while other keys run on the others.
+type subscription struct {
+	name       string
+	subscriber transport.Subscriber
+	spec       transport.Subscription
+	handler    handler.Handler
+	cfg        subConfig
+	log        *slog.Logger
+
+	stream     transport.Stream
+	semantics  transport.Semantics
+	perKey     bool
+	handlerCtx context.Context
+
+	slots  chan struct{} // one token per unsettled delivery held
+	tasks  chan transport.Delivery
+	seed   maphash.Seed
+	shards [shardCount]keyShard
+
+	workers   []worker
+	wg        sync.WaitGroup
+	abandoned atomic.Bool
+}
+
+const shardCount = 64
+
+type keyShard struct {
+	mu sync.Mutex
+	// busy holds the keys with a message running; the queue holds the
+	// key's later messages in arrival order (nil when none wait).
+	busy map[string]*keyQueue
+	_    [40]byte // keep shards on separate cache lines
+}
+
+type keyQueue struct {
+	items []transport.Delivery
+	head  int
+}
+
+type worker struct {
+	mu  sync.Mutex
+	cur transport.Delivery // the delivery being handled, for abandonment reports
+	_   [32]byte
+}
+
+func (s *subscription) open(ctx context.Context) error {
+	st, err := s.subscriber.Subscribe(ctx, s.spec)
+	if err != nil {
+		return fmt.Errorf("ferry: subscribe %q to %q: %w", s.name, s.spec.Topic, err)
+	}
+	s.stream = st
+	s.semantics = st.Semantics()
+	switch s.cfg.ordering {
+	case orderPerKey:
+		if !s.semantics.Ordering.Keeps() {
+			_ = st.Close(ctx)
+			return fmt.Errorf("%w: subscription %q asks PerKey but transport %q keeps no order",
+				ErrInvalidOption, s.name, s.semantics.Transport)
+		}
+		s.perKey = true
+	case orderDefault:
+		s.perKey = s.semantics.Ordering.Keeps()
+	}
+	return nil
+}
+
+func (s *subscription) start(intakeCtx, handlerCtx context.Context) {
+	s.handlerCtx = handlerCtx
+	s.slots = make(chan struct{}, s.cfg.maxInFlight)
+	s.tasks = make(chan transport.Delivery, s.cfg.concurrency)
+	s.seed = maphash.MakeSeed()
+	for i := range s.shards {
+		s.shards[i].busy = make(map[string]*keyQueue)
+	}
+	s.workers = make([]worker, s.cfg.concurrency)
+	s.wg.Add(1 + len(s.workers))
+	for i := range s.workers {
+		go s.work(&s.workers[i])
+	}
+	go s.receive(intakeCtx)
+}
+
+// wait blocks until the receive loop and every worker have returned.
+func (s *subscription) wait() { s.wg.Wait() }
+
+// receive is the intake loop: one per stream, so deliveries reach the
+// workers in broker order.
+func (s *subscription) receive(ctx context.Context) {
+	defer s.wg.Done()
+	defer close(s.tasks)
+	backoff := time.Duration(0)
+	for {
+		select {
+		case s.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		d, err := s.stream.Receive(ctx)
+		if err != nil {
+			<-s.slots
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, transport.ErrClosed) {
+				s.log.Error("ferry: stream closed under the router", "err", err)
+				return
+			}
+			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
+			s.log.Warn("ferry: receive failed; retrying", "err", err, "backoff", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		backoff = 0
+		if s.perKey {
+			if key := d.Message().Key; key != "" && s.enqueueIfBusy(key, d) {
+				continue
+			}
+		}
+		s.tasks <- d
+	}
+}
+
+func (s *subscription) shard(key string) *keyShard {
+	return &s.shards[maphash.String(s.seed, key)%shardCount]
+}
+
+// enqueueIfBusy queues d behind its key's running message and reports true,
+// or marks the key busy and reports false (the caller then dispatches d).
+func (s *subscription) enqueueIfBusy(key string, d transport.Delivery) bool {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	q, busy := sh.busy[key]
+	if !busy {
+		sh.busy[key] = nil
+		sh.mu.Unlock()
+		return false
+	}
+	if q == nil {
+		q = &keyQueue{}
+		sh.busy[key] = q
+	}
+	q.items = append(q.items, d)
+	sh.mu.Unlock()
+	return true
+}
+
+// next returns the key's next queued delivery, or nil after marking the key
+// idle.
+func (s *subscription) next(key string) transport.Delivery {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	q := sh.busy[key]
+	if q == nil || q.head == len(q.items) {
+		delete(sh.busy, key)
+		return nil
+	}
+	d := q.items[q.head]
+	q.items[q.head] = nil
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	}
+	return d
+}
+
+func (s *subscription) work(w *worker) {
+	defer s.wg.Done()
+	for d := range s.tasks {
+		for d != nil {
+			key := d.Message().Key
+			s.process(w, d)
+			if !s.perKey || key == "" {
+				break
+			}
+			d = s.next(key)
+		}
+	}
+}
+
+// process runs the handler chain for d and settles it, unless the shutdown
+// abandoned it meanwhile: an abandoned delivery is left unsettled for the
+// stream's Close to release.
+func (s *subscription) process(w *worker, d transport.Delivery) {
+	if s.abandoned.Load() {
+		return
+	}
+	w.mu.Lock()
+	w.cur = d
+	w.mu.Unlock()
+
+	m := d.Message()
+	f := m.Facts()
+	f.Subscription = s.name
+	m.SetFacts(f)
+	err := s.call(m)
+
+	w.mu.Lock()
+	w.cur = nil
+	w.mu.Unlock()
+	if s.abandoned.Load() {
+		return
+	}
+	if err == nil {
+		err = d.Ack(s.handlerCtx)
+		if err != nil {
+			s.log.Warn("ferry: ack failed; the message will be redelivered", "id", m.ID, "err", err)
+		}
+	} else {
+		delay, _ := handler.RetryDelay(err)
+		if nerr := d.Nack(s.handlerCtx, delay); nerr != nil {
+			s.log.Warn("ferry: nack failed", "id", m.ID, "err", nerr, "cause", err)
+		}
+	}
+	<-s.slots
+}
+
+func (s *subscription) call(m *handler.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &handler.PanicError{Value: v, Stack: debug.Stack()}
+			s.log.Error("ferry: handler panicked", "id", m.ID, "panic", v)
+		}
+	}()
+	return s.handler.Handle(s.handlerCtx, m)
+}
+
+// abandon stops the subscription's workers from settling anything more, and
+// reports how many deliveries were held unsettled and up to 100 of their IDs.
+func (s *subscription) abandon() (int, []string) {
+	s.abandoned.Store(true)
+	var ids []string
+	add := func(d transport.Delivery) {
+		if d != nil && len(ids) < 100 {
+			ids = append(ids, d.Message().ID)
+		}
+	}
+	for i := range s.workers {
+		w := &s.workers[i]
+		w.mu.Lock()
+		add(w.cur)
+		w.mu.Unlock()
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, q := range sh.busy {
+			if q != nil {
+				for _, d := range q.items[q.head:] {
+					add(d)
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	for {
+		select {
+		case d, ok := <-s.tasks:
+			if !ok {
+				return len(s.slots), ids
+			}
+			add(d)
+		default:
+			return len(s.slots), ids
+		}
+	}
+}
