@@ -92,8 +92,9 @@ func NewRouter(opts ...Option) (*Router, error) {
 
 // Add registers a subscription: Run opens sub on s and passes every delivery
 // to h. The name identifies the subscription in logs, in Facts.Subscription
-// and in dead-letter headers, and must be unique in the Router. Add must be
-// called before Run.
+// and in dead-letter headers, and must be unique in the Router. An empty
+// sub.Group defaults to name, so that two Routers running the same
+// subscription share its work. Add must be called before Run.
 func (r *Router) Add(name string, s transport.Subscriber, sub transport.Subscription, h handler.Handler, opts ...SubscriptionOption) error {
 	cfg := subConfig{concurrency: 16}
 	for _, o := range opts {
@@ -119,6 +120,9 @@ func (r *Router) Add(name string, s transport.Subscriber, sub transport.Subscrip
 		}
 	}
 	sub.MaxInFlight = cfg.maxInFlight
+	if sub.Group == "" {
+		sub.Group = name // a subscription is a consumer group unless told otherwise
+	}
 	r.subs = append(r.subs, &subscription{
 		name: name, subscriber: s, spec: sub, handler: h, cfg: cfg, log: r.cfg.logger.With("subscription", name),
 	})

@@ -34,7 +34,7 @@ type subscription struct {
 	stream     transport.Stream
 	semantics  transport.Semantics
 	perKey     bool
-	handlerCtx context.Context
+	handlerCtx context.Context // the Router's handler context plus Semantics
 
 	slots  chan struct{} // one token per unsettled delivery held
 	tasks  chan transport.Delivery
@@ -62,9 +62,15 @@ type keyQueue struct {
 }
 
 type worker struct {
-	mu  sync.Mutex
-	cur transport.Delivery // the delivery being handled, for abandonment reports
-	_   [32]byte
+	// ctx is the handlers' context on this worker: a child of the Router's
+	// handler context carrying the stream's Semantics. Each worker has its
+	// own so that contexts derived per message (timeouts, retries) register
+	// with an uncontended parent rather than one shared by every worker.
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	cur    transport.Delivery // the delivery being handled, for abandonment reports
+	_      [32]byte
 }
 
 func (s *subscription) open(ctx context.Context) error {
@@ -89,7 +95,7 @@ func (s *subscription) open(ctx context.Context) error {
 }
 
 func (s *subscription) start(intakeCtx, handlerCtx context.Context) {
-	s.handlerCtx = handlerCtx
+	s.handlerCtx = transport.ContextWithSemantics(handlerCtx, s.semantics)
 	s.slots = make(chan struct{}, s.cfg.maxInFlight)
 	s.tasks = make(chan transport.Delivery, s.cfg.concurrency)
 	s.seed = maphash.MakeSeed()
@@ -99,7 +105,9 @@ func (s *subscription) start(intakeCtx, handlerCtx context.Context) {
 	s.workers = make([]worker, s.cfg.concurrency)
 	s.wg.Add(1 + len(s.workers))
 	for i := range s.workers {
-		go s.work(&s.workers[i])
+		w := &s.workers[i]
+		w.ctx, w.cancel = context.WithCancel(s.handlerCtx)
+		go s.work(w)
 	}
 	go s.receive(intakeCtx)
 }
@@ -194,6 +202,7 @@ func (s *subscription) next(key string) transport.Delivery {
 
 func (s *subscription) work(w *worker) {
 	defer s.wg.Done()
+	defer w.cancel()
 	for d := range s.tasks {
 		for d != nil {
 			key := d.Message().Key
@@ -221,7 +230,7 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 	f := m.Facts()
 	f.Subscription = s.name
 	m.SetFacts(f)
-	err := s.call(m)
+	err := s.call(w.ctx, m)
 
 	w.mu.Lock()
 	w.cur = nil
@@ -230,27 +239,27 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 		return
 	}
 	if err == nil {
-		err = d.Ack(s.handlerCtx)
+		err = d.Ack(w.ctx)
 		if err != nil {
 			s.log.Warn("ferry: ack failed; the message will be redelivered", "id", m.ID, "err", err)
 		}
 	} else {
 		delay, _ := handler.RetryDelay(err)
-		if nerr := d.Nack(s.handlerCtx, delay); nerr != nil {
+		if nerr := d.Nack(w.ctx, delay); nerr != nil {
 			s.log.Warn("ferry: nack failed", "id", m.ID, "err", nerr, "cause", err)
 		}
 	}
 	<-s.slots
 }
 
-func (s *subscription) call(m *handler.Message) (err error) {
+func (s *subscription) call(ctx context.Context, m *handler.Message) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &handler.PanicError{Value: v, Stack: debug.Stack()}
 			s.log.Error("ferry: handler panicked", "id", m.ID, "panic", v)
 		}
 	}()
-	return s.handler.Handle(s.handlerCtx, m)
+	return s.handler.Handle(ctx, m)
 }
 
 // abandon stops the subscription's workers from settling anything more, and

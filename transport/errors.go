@@ -25,6 +25,16 @@ var ErrClosed = errors.New("transport: closed")
 // broker's size limit (Semantics.MaxPayload). Nothing was sent.
 var ErrTooLarge = errors.New("transport: message too large")
 
+// ErrRevoked is returned (wrapped) by Ack or Nack on a delivery whose
+// partition, shard or lease moved to another consumer (a rebalance, a
+// reclaim) before it was settled. The settle did nothing; the new owner gets
+// the message again. Nothing is lost, and dedupe absorbs the duplicate.
+var ErrRevoked = errors.New("transport: delivery revoked")
+
+// ErrNotFound is returned (wrapped) by operations on a topic, group, queue
+// or DLQ that does not exist (Lag, ListDLQ, ReplayDLQ).
+var ErrNotFound = errors.New("transport: not found")
+
 // ErrInvalidOption is wrapped by every error about configuration: an unknown
 // URL query key, a bad value, a bad combination of options.
 var ErrInvalidOption = errors.New("transport: invalid option")
@@ -86,6 +96,9 @@ func UnknownKeys(scheme string, opts map[string]string, known ...string) error {
 		return nil
 	}
 	sort.Strings(bad)
+	if len(known) == 0 {
+		return fmt.Errorf("%w: %s: unknown option(s) %s (it takes none)", ErrInvalidOption, scheme, strings.Join(bad, ", "))
+	}
 	return fmt.Errorf("%w: %s: unknown option(s) %s (known: %s)", ErrInvalidOption, scheme,
 		strings.Join(bad, ", "), strings.Join(known, ", "))
 }

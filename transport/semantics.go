@@ -1,6 +1,9 @@
 package transport
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Semantics is what a stream declares it guarantees. The Router reads it to
 // pick defaults (per-key ordering where the stream keeps order), the docs
@@ -132,4 +135,21 @@ func (r Redelivery) String() string {
 	default:
 		return "on-nack"
 	}
+}
+
+type semanticsKey struct{}
+
+// ContextWithSemantics returns a copy of ctx carrying s. The Router puts the
+// stream's Semantics in every handler's context, so that middleware (retry's
+// delayed redelivery, dead-lettering's deferral to a native DLQ) can adapt to
+// the broker without being configured twice.
+func ContextWithSemantics(ctx context.Context, s Semantics) context.Context {
+	return context.WithValue(ctx, semanticsKey{}, s)
+}
+
+// SemanticsFromContext returns the Semantics of the stream the message in
+// flight came from, and whether there was one.
+func SemanticsFromContext(ctx context.Context) (Semantics, bool) {
+	s, ok := ctx.Value(semanticsKey{}).(Semantics)
+	return s, ok
 }

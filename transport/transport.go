@@ -27,6 +27,7 @@ type Publisher interface {
 	Publish(ctx context.Context, m *handler.Message) error
 	// Close flushes buffered writes, waiting at most until ctx ends, and
 	// releases the publisher. Publish after Close returns [ErrClosed].
+	// Closing twice is safe and returns nil.
 	Close(ctx context.Context) error
 }
 
@@ -102,6 +103,8 @@ type Stream interface {
 
 	// Close stops receiving, flushes acks already given, and releases every
 	// unsettled delivery to the broker for redelivery. ctx bounds the wait.
+	// Closing twice is safe and returns nil; a settle after Close returns an
+	// error wrapping ErrClosed and does nothing.
 	Close(ctx context.Context) error
 }
 

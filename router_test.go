@@ -1,0 +1,528 @@
+package ferry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/memory"
+)
+
+// newBroker returns a private memory broker for one test.
+func newBroker(t testing.TB) transport.Transport {
+	t.Helper()
+	b := memory.New(memory.Partitions(4))
+	t.Cleanup(func() { _ = b.Close(context.Background()) })
+	return b
+}
+
+func publish(t testing.TB, p transport.Publisher, topic string, n, keys int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		m := &handler.Message{ID: fmt.Sprintf("id-%d", i), Key: fmt.Sprintf("k%d", i%keys), Topic: topic,
+			Payload: []byte(fmt.Sprint(i))}
+		if err := p.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// start runs r in the background and waits until it is ready. It returns a
+// function that closes r and reports Close's error.
+func start(t testing.TB, r *ferry.Router) (stop func(ctx context.Context) error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	select {
+	case <-r.Ready():
+	case err := <-done:
+		t.Fatalf("Run returned early: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("router not ready")
+	}
+	var once sync.Once
+	var cerr error
+	stop = func(ctx context.Context) error {
+		once.Do(func() {
+			cerr = r.Close(ctx)
+			select {
+			case runErr := <-done:
+				if !errors.Is(runErr, cerr) && fmt.Sprint(runErr) != fmt.Sprint(cerr) {
+					t.Errorf("Run returned %v, Close returned %v", runErr, cerr)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("Run did not return after Close")
+			}
+		})
+		return cerr
+	}
+	t.Cleanup(func() { _ = stop(context.Background()) })
+	return stop
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func newRouter(t testing.TB, opts ...ferry.Option) *ferry.Router {
+	t.Helper()
+	r, err := ferry.NewRouter(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func sub(topic, group string) transport.Subscription {
+	return transport.Subscription{Topic: topic, Group: group, StartAtOldest: true}
+}
+
+// drained reports how many messages a fresh member of group receives within
+// a short wait: after a clean shutdown that acked everything, none.
+func drained(t *testing.T, b transport.Subscriber, topic, group string) int {
+	t.Helper()
+	st, err := b.Subscribe(context.Background(), sub(topic, group))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(context.Background())
+	n := 0
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		d, err := st.Receive(ctx)
+		cancel()
+		if err != nil {
+			return n
+		}
+		n++
+		_ = d.Ack(context.Background())
+	}
+}
+
+func TestRouterAcksOnSuccess(t *testing.T) {
+	b := newBroker(t)
+	r := newRouter(t)
+	var handled atomic.Int64
+	if err := r.Add("count", b, sub("orders", "g"), handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		if got := m.Facts().Subscription; got != "count" {
+			t.Errorf("Facts.Subscription = %q", got)
+		}
+		handled.Add(1)
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, r)
+	publish(t, b, "orders", 500, 10)
+	waitFor(t, "500 handled", func() bool { return handled.Load() == 500 })
+	if err := stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if handled.Load() != 500 {
+		t.Fatalf("handled %d, want exactly 500", handled.Load())
+	}
+	if n := drained(t, b, "orders", "g"); n != 0 {
+		t.Fatalf("%d messages redelivered after all were acked", n)
+	}
+}
+
+func TestRouterPerKeyOrderAndConcurrency(t *testing.T) {
+	b := newBroker(t)
+	r := newRouter(t)
+	const keys, perKey = 50, 100
+	var (
+		mu       sync.Mutex
+		seen     = map[string][]int{}
+		running  = map[string]bool{}
+		active   atomic.Int64
+		maxAct   atomic.Int64
+		overlaps atomic.Int64
+		total    atomic.Int64
+	)
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		mu.Lock()
+		if running[m.Key] {
+			overlaps.Add(1)
+		}
+		running[m.Key] = true
+		mu.Unlock()
+		a := active.Add(1)
+		for {
+			old := maxAct.Load()
+			if a <= old || maxAct.CompareAndSwap(old, a) {
+				break
+			}
+		}
+		time.Sleep(100 * time.Microsecond)
+		active.Add(-1)
+		var n int
+		fmt.Sscan(string(m.Payload), &n)
+		mu.Lock()
+		running[m.Key] = false
+		seen[m.Key] = append(seen[m.Key], n)
+		mu.Unlock()
+		total.Add(1)
+		return nil
+	})
+	if err := r.Add("ordered", b, sub("t", "g"), h, ferry.Concurrency(16)); err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, r)
+	publish(t, b, "t", keys*perKey, keys)
+	waitFor(t, "all handled", func() bool { return total.Load() == keys*perKey })
+	if err := stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if overlaps.Load() != 0 {
+		t.Fatalf("%d calls overlapped another call of the same key", overlaps.Load())
+	}
+	for k, ns := range seen {
+		for i := 1; i < len(ns); i++ {
+			if ns[i] <= ns[i-1] {
+				t.Fatalf("key %s out of order: %v", k, ns)
+			}
+		}
+		if len(ns) != perKey {
+			t.Fatalf("key %s: %d messages, want %d", k, len(ns), perKey)
+		}
+	}
+	if maxAct.Load() < 2 {
+		t.Fatalf("at most %d handlers ran at once: keys did not run concurrently", maxAct.Load())
+	}
+	if maxAct.Load() > 16 {
+		t.Fatalf("%d handlers ran at once, over Concurrency(16)", maxAct.Load())
+	}
+}
+
+func TestRouterSlowKeyDoesNotStallOthers(t *testing.T) {
+	b := newBroker(t)
+	r := newRouter(t)
+	release := make(chan struct{})
+	var others atomic.Int64
+	var slowDone atomic.Int64
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		if m.Key == "slow" {
+			<-release
+			slowDone.Add(1)
+			return nil
+		}
+		others.Add(1)
+		return nil
+	})
+	if err := r.Add("s", b, sub("t", "g"), h, ferry.Concurrency(4)); err != nil {
+		t.Fatal(err)
+	}
+	start(t, r)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if err := b.Publish(ctx, &handler.Message{ID: fmt.Sprint("slow-", i), Key: "slow", Topic: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(t, b, "t", 1000, 20)
+	waitFor(t, "other keys to finish while one key blocks", func() bool { return others.Load() == 1000 })
+	if slowDone.Load() != 0 {
+		t.Fatal("slow key finished before release")
+	}
+	close(release)
+	waitFor(t, "slow key", func() bool { return slowDone.Load() == 3 })
+}
+
+func TestRouterUnorderedRunsSameKeyConcurrently(t *testing.T) {
+	b := newBroker(t)
+	r := newRouter(t)
+	var active, maxAct, total atomic.Int64
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		a := active.Add(1)
+		for {
+			old := maxAct.Load()
+			if a <= old || maxAct.CompareAndSwap(old, a) {
+				break
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+		active.Add(-1)
+		total.Add(1)
+		return nil
+	})
+	if err := r.Add("u", b, sub("t", "g"), h, ferry.Unordered(), ferry.Concurrency(8)); err != nil {
+		t.Fatal(err)
+	}
+	start(t, r)
+	publish(t, b, "t", 64, 1) // one key
+	waitFor(t, "all handled", func() bool { return total.Load() == 64 })
+	if maxAct.Load() < 2 {
+		t.Fatalf("unordered subscription ran one key serially (max %d at once)", maxAct.Load())
+	}
+}
+
+func TestRouterNackWithRetryAfter(t *testing.T) {
+	b := newBroker(t)
+	r := newRouter(t)
+	var mu sync.Mutex
+	var attempts []int
+	var times []time.Time
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts = append(attempts, m.Attempt())
+		times = append(times, time.Now())
+		if len(attempts) == 1 {
+			return handler.RetryAfter(errors.New("stock service busy"), 150*time.Millisecond)
+		}
+		return nil
+	})
+	if err := r.Add("n", b, sub("t", "g"), h); err != nil {
+		t.Fatal(err)
+	}
+	start(t, r)
+	publish(t, b, "t", 1, 1)
+	waitFor(t, "redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if attempts[0] != 1 || attempts[1] != 2 {
+		t.Fatalf("attempts %v, want [1 2]", attempts)
+	}
+	if gap := times[1].Sub(times[0]); gap < 150*time.Millisecond {
+		t.Fatalf("redelivered after %s, before the 150ms RetryAfter delay", gap)
+	}
+}
+
+func TestRouterRecoversPanic(t *testing.T) {
+	b := newBroker(t)
+	r := newRouter(t)
+	var calls atomic.Int64
+	var ok atomic.Int64
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		if m.ID == "id-0" && calls.Add(1) == 1 {
+			panic("inventory index out of range")
+		}
+		ok.Add(1)
+		return nil
+	})
+	if err := r.Add("p", b, sub("t", "g"), h); err != nil {
+		t.Fatal(err)
+	}
+	start(t, r)
+	publish(t, b, "t", 10, 10)
+	// The panicking message is nacked and redelivered; all ten succeed.
+	waitFor(t, "all succeed", func() bool { return ok.Load() == 10 })
+	if calls.Load() != 2 {
+		t.Fatalf("id-0 called %d times, want 2 (panic, then success)", calls.Load())
+	}
+}
+
+func TestRouterCloseDrainsInFlight(t *testing.T) {
+	b := newBroker(t)
+	r := newRouter(t)
+	started := make(chan struct{}, 8)
+	release := make(chan struct{})
+	var finished atomic.Int64
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		started <- struct{}{}
+		<-release
+		finished.Add(1)
+		return nil
+	})
+	if err := r.Add("d", b, sub("t", "g"), h, ferry.Concurrency(4), ferry.Unordered()); err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, r)
+	publish(t, b, "t", 4, 4)
+	for i := 0; i < 4; i++ {
+		<-started
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- stop(context.Background()) }()
+	time.Sleep(20 * time.Millisecond) // Close must wait for the handlers
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned before in-flight handlers finished: %v", err)
+	default:
+	}
+	close(release)
+	if err := <-closed; err != nil {
+		t.Fatalf("Close after a clean drain: %v", err)
+	}
+	if finished.Load() != 4 {
+		t.Fatalf("finished %d, want 4", finished.Load())
+	}
+	if n := drained(t, b, "t", "g"); n != 0 {
+		t.Fatalf("%d drained messages redelivered: they were not acked", n)
+	}
+}
+
+func TestRouterCloseDeadlineAbandonsUnacked(t *testing.T) {
+	b := newBroker(t)
+	r := newRouter(t)
+	started := make(chan struct{}, 1)
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		started <- struct{}{}
+		<-ctx.Done() // stuck until the drain deadline cancels it
+		return ctx.Err()
+	})
+	if err := r.Add("stuck", b, sub("t", "g"), h); err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, r)
+	publish(t, b, "t", 1, 1)
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := stop(ctx)
+	var ab *ferry.AbandonedError
+	if !errors.Is(err, ferry.ErrAbandoned) || !errors.As(err, &ab) {
+		t.Fatalf("Close = %v, want ErrAbandoned", err)
+	}
+	if ab.Count["stuck"] != 1 || len(ab.IDs["stuck"]) != 1 || ab.IDs["stuck"][0] != "id-0" {
+		t.Fatalf("abandoned %v %v, want 1 [id-0]", ab.Count, ab.IDs)
+	}
+	if n := drained(t, b, "t", "g"); n != 1 {
+		t.Fatalf("abandoned message redelivered %d times, want 1: it must not be acked", n)
+	}
+}
+
+// countingSubscriber decorates a real subscriber, counting what the Router
+// receives.
+type countingSubscriber struct {
+	transport.Subscriber
+	received atomic.Int64
+}
+
+type countingStream struct {
+	transport.Stream
+	n *atomic.Int64
+}
+
+func (c *countingSubscriber) Subscribe(ctx context.Context, s transport.Subscription) (transport.Stream, error) {
+	st, err := c.Subscriber.Subscribe(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return countingStream{st, &c.received}, nil
+}
+
+func (c countingStream) Receive(ctx context.Context) (transport.Delivery, error) {
+	d, err := c.Stream.Receive(ctx)
+	if err == nil {
+		c.n.Add(1)
+	}
+	return d, err
+}
+
+func TestRouterMaxInFlight(t *testing.T) {
+	b := newBroker(t)
+	cs := &countingSubscriber{Subscriber: b}
+	r := newRouter(t)
+	release := make(chan struct{})
+	var entered atomic.Int64
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		entered.Add(1)
+		<-release
+		return nil
+	})
+	// One key: one message runs, the rest wait behind it, up to the bound.
+	if err := r.Add("b", cs, sub("t", "g"), h, ferry.Concurrency(2), ferry.MaxInFlight(5)); err != nil {
+		t.Fatal(err)
+	}
+	start(t, r)
+	publish(t, b, "t", 50, 1)
+	waitFor(t, "intake to fill the bound", func() bool { return cs.received.Load() == 5 })
+	time.Sleep(30 * time.Millisecond)
+	if got := cs.received.Load(); got != 5 {
+		t.Fatalf("received %d deliveries with MaxInFlight(5) and none settled", got)
+	}
+	if entered.Load() != 1 {
+		t.Fatalf("%d handlers entered for one key, want 1", entered.Load())
+	}
+	close(release)
+	waitFor(t, "all", func() bool { return entered.Load() == 50 })
+}
+
+func TestRouterOptionsAndLifecycle(t *testing.T) {
+	if _, err := ferry.NewRouter(ferry.DrainTimeout(0)); !errors.Is(err, ferry.ErrInvalidOption) {
+		t.Fatalf("DrainTimeout(0): %v", err)
+	}
+	b := newBroker(t)
+	r := newRouter(t)
+	h := handler.HandlerFunc(func(context.Context, *handler.Message) error { return nil })
+	if err := r.Add("x", b, sub("t", "g"), h, ferry.Concurrency(0)); !errors.Is(err, ferry.ErrInvalidOption) {
+		t.Fatalf("Concurrency(0): %v", err)
+	}
+	if err := r.Add("x", b, sub("t", "g"), h, ferry.Concurrency(8), ferry.MaxInFlight(4)); !errors.Is(err, ferry.ErrInvalidOption) {
+		t.Fatalf("MaxInFlight < Concurrency: %v", err)
+	}
+	if err := r.Add("x", b, sub("t", "g"), h); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Add("x", b, sub("t", "g2"), h); !errors.Is(err, ferry.ErrInvalidOption) {
+		t.Fatalf("duplicate name: %v", err)
+	}
+	stop := start(t, r)
+	if err := r.Run(context.Background()); !errors.Is(err, ferry.ErrClosed) {
+		t.Fatalf("second Run: %v", err)
+	}
+	if err := r.Add("y", b, sub("t", "g"), h); !errors.Is(err, ferry.ErrClosed) {
+		t.Fatalf("Add after Run: %v", err)
+	}
+	if err := stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestRouterRunContextCancelDrains(t *testing.T) {
+	b := newBroker(t)
+	r := newRouter(t, ferry.DrainTimeout(5*time.Second))
+	var handled atomic.Int64
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		started <- struct{}{}
+		<-release
+		handled.Add(1)
+		return nil
+	})
+	if err := r.Add("c", b, sub("t", "g"), h); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	<-r.Ready()
+	publish(t, b, "t", 1, 1)
+	<-started
+	cancel()
+	time.AfterFunc(20*time.Millisecond, func() { close(release) })
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after cancel and clean drain: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if handled.Load() != 1 {
+		t.Fatal("in-flight message not finished during drain")
+	}
+	if n := drained(t, b, "t", "g"); n != 0 {
+		t.Fatalf("%d redelivered after a clean drain", n)
+	}
+}

@@ -1,0 +1,708 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/IBM/sarama"
+
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/transport"
+)
+
+// Subscribe joins sub's consumer group on sub.Topic and returns the stream
+// of its messages. It waits, until ctx ends, for the first assignment and
+// for each assigned partition's start offset, so that a group starting at
+// [Latest] sees every message published after Subscribe returns.
+//
+// The group is sub.Group, or the [Group] option. sub.Consumer, when set,
+// is the static member ID (group.instance.id): a member that restarts with
+// the same ID within the session timeout gets its partitions back with no
+// rebalance. sub.StartAtOldest starts a new group at [Earliest].
+// sub.MaxInFlight sizes the per-partition window unless [PartitionWindow]
+// is set. sub.Options accepts "start", "window" and "balance", as the URL
+// keys of the same names.
+func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (transport.Stream, error) {
+	if t.isClosed() {
+		return nil, fmt.Errorf("kafka: subscribe %s: %w", sub.Topic, transport.ErrClosed)
+	}
+	if err := transport.UnknownKeys(Scheme, sub.Options, "start", "window", "balance"); err != nil {
+		return nil, err
+	}
+	cfg := t.cfg
+	for k, v := range sub.Options {
+		var o Option
+		switch k {
+		case "start":
+			o = StartAt(Position(v))
+		case "balance":
+			o = Assignment(Balance(v))
+		case "window":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, fmt.Errorf("%w: kafka: window=%q is not a number", transport.ErrInvalidOption, v)
+			}
+			o = PartitionWindow(n)
+		}
+		o.apply(&cfg)
+		if cfg.err != nil {
+			return nil, cfg.err
+		}
+	}
+	if sub.Topic == "" {
+		return nil, fmt.Errorf("%w: kafka: subscription has no Topic", transport.ErrInvalidOption)
+	}
+	group := sub.Group
+	if group == "" {
+		group = cfg.group
+	}
+	if group == "" {
+		return nil, fmt.Errorf("%w: kafka: subscription to %s has no Group and the transport no default group", transport.ErrInvalidOption, sub.Topic)
+	}
+	start := cfg.start
+	if sub.StartAtOldest {
+		start = Earliest
+	}
+	window := cfg.window
+	if window == 0 {
+		window = sub.MaxInFlight
+	}
+	if window <= 0 {
+		window = DefaultWindow
+	}
+	t.ensureDLQ(sub.Topic)
+	sc, err := cfg.consumerConfig(start, sub.Consumer)
+	if err != nil {
+		return nil, err
+	}
+	client, err := connect(ctx, t.brokers, sc)
+	if err != nil {
+		return nil, err
+	}
+	g, err := sarama.NewConsumerGroupFromClient(group, client)
+	if err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("kafka: subscribe %s: %w", sub.Topic, err)
+	}
+	s := &stream{
+		t:       t,
+		cfg:     &t.cfg,
+		topic:   sub.Topic,
+		group:   group,
+		window:  window,
+		start:   start,
+		revoke:  cfg.revokeTimeout,
+		client:  client,
+		cg:      g,
+		out:     make(chan []*delivery, 64),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+		ready:   make(chan struct{}),
+		sem: transport.Semantics{
+			Transport:       Scheme,
+			Ordering:        transport.OrderPerKey,
+			Ack:             transport.AckOffset,
+			Redelivery:      transport.RedeliverOnNack,
+			NackDelay:       true,
+			Attempts:        false,
+			Replay:          true,
+			Headers:         true,
+			MaxPayload:      cfg.maxPayload,
+			RedeliveryDelay: cfg.sessionTimeout + cfg.heartbeat,
+		},
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		_ = g.Close()
+		return nil, fmt.Errorf("kafka: subscribe %s: %w", sub.Topic, transport.ErrClosed)
+	}
+	t.streams[s] = struct{}{}
+	t.mu.Unlock()
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go s.logErrors()
+	go s.run(runCtx)
+	select {
+	case <-s.ready:
+		return s, nil
+	case <-ctx.Done():
+		_ = s.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("kafka: subscribe %s: waiting for the group's first assignment: %w", sub.Topic, ctx.Err())
+	}
+}
+
+// stream is one group member consuming one topic.
+type stream struct {
+	t      *Transport
+	cfg    *config
+	topic  string
+	group  string
+	window int
+	start  Position
+	revoke time.Duration
+	sem    transport.Semantics
+
+	client sarama.Client
+	cg     sarama.ConsumerGroup
+	cancel context.CancelFunc
+
+	out     chan []*delivery // batches of deliveries for Receive, in partition order
+	buf     []*delivery      // Receive's current batch; only Receive touches it
+	closing chan struct{}    // closed by Close: stop handing out, do not wait
+	done    chan struct{}    // closed when run returned
+	ready   chan struct{}    // closed once the first assignment is consuming
+	once    sync.Once        // closes ready
+	closed  atomic.Bool
+
+	mu      sync.Mutex
+	claimed int // partitions of the current generation whose claims started
+	want    int // partitions assigned in the current generation
+}
+
+var _ transport.Stream = (*stream)(nil)
+
+// run is the group session loop: sarama rejoins after every rebalance. It
+// never runs handler code, so slow handlers cannot delay heartbeats or
+// polls.
+func (s *stream) run(ctx context.Context) {
+	defer close(s.done)
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		err := s.cg.Consume(ctx, []string{s.topic}, s)
+		if ctx.Err() != nil || errors.Is(err, sarama.ErrClosedConsumerGroup) {
+			return
+		}
+		if err != nil {
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			s.cfg.logger.Warn("kafka: group session ended; rejoining", "group", s.group, "topic", s.topic, "err", err, "backoff", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		backoff = 0
+	}
+}
+
+func (s *stream) logErrors() {
+	for err := range s.cg.Errors() {
+		s.cfg.logger.Warn("kafka: consumer group error", "group", s.group, "topic", s.topic, "err", err)
+	}
+}
+
+// Setup is called by sarama at the start of each generation.
+//
+// A partition the group has never committed is pinned first: its start
+// position ([Latest] or [Earliest]) is resolved and committed now, as the
+// Java client commits its positions on a rebalance. Otherwise a partition
+// that moves before its first commit would be resolved again by its next
+// owner, and with [Latest] the messages in between would be skipped.
+func (s *stream) Setup(sess sarama.ConsumerGroupSession) error {
+	if parts := sess.Claims()[s.topic]; len(parts) > 0 {
+		s.pinStart(sess, parts)
+	}
+	s.mu.Lock()
+	s.want = len(sess.Claims()[s.topic])
+	s.claimed = 0
+	ready := s.want == 0
+	s.mu.Unlock()
+	if ready {
+		s.once.Do(func() { close(s.ready) })
+	}
+	return nil
+}
+
+func (s *stream) pinStart(sess sarama.ConsumerGroupSession, parts []int32) {
+	a, err := sarama.NewClusterAdminFromClient(s.client) // shares s.client; never closed
+	if err != nil {
+		return
+	}
+	resp, err := a.ListConsumerGroupOffsets(s.group, map[string][]int32{s.topic: parts})
+	if errors.Is(err, sarama.ErrGroupIDNotFound) {
+		resp, err = &sarama.OffsetFetchResponse{}, nil // nothing committed yet
+	}
+	if err != nil {
+		s.cfg.logger.Warn("kafka: cannot read committed offsets", "group", s.group, "err", err)
+		return
+	}
+	at := sarama.OffsetNewest
+	if s.start == Earliest {
+		at = sarama.OffsetOldest
+	}
+	pinned := false
+	for _, p := range parts {
+		if b := resp.GetBlock(s.topic, p); b != nil && b.Err == sarama.ErrNoError && b.Offset >= 0 {
+			continue
+		}
+		off, err := s.client.GetOffset(s.topic, p, at)
+		if err != nil || off < 0 {
+			continue
+		}
+		sess.MarkOffset(s.topic, p, off, "")
+		pinned = true
+	}
+	if pinned {
+		sess.Commit()
+	}
+}
+
+// Cleanup is called by sarama at the end of each generation, after every
+// ConsumeClaim returned; sarama then commits what was marked.
+func (s *stream) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+
+// ConsumeClaim moves one partition's records into the stream, keeping at
+// most window of them past the committed offset, and handles the
+// partition's revocation.
+func (s *stream) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	p := &partition{
+		s:     s,
+		sess:  sess,
+		topic: claim.Topic(),
+		id:    claim.Partition(),
+		space: make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		idle:  make(chan struct{}, 1),
+	}
+	s.mu.Lock()
+	s.claimed++
+	ready := s.claimed >= s.want
+	s.mu.Unlock()
+	if ready {
+		s.once.Do(func() { close(s.ready) })
+	}
+	msgs := claim.Messages()
+	ctx := sess.Context()
+	var batch []*delivery
+loop:
+	for {
+		if !p.waitForSpace(ctx) {
+			break
+		}
+		select {
+		case rec, ok := <-msgs:
+			if !ok {
+				break loop
+			}
+			// Take what is already buffered too, up to the window, and hand
+			// it over as one batch: one channel operation per batch.
+			batch = make([]*delivery, 0, 64)
+			room := p.room()
+			for {
+				if d := p.add(rec); d != nil { // nil: poison, handled by the partition
+					batch = append(batch, d)
+				}
+				room--
+				if room <= 0 || len(batch) == cap(batch) {
+					break
+				}
+				select {
+				case rec, ok = <-msgs:
+				default:
+					ok = false
+				}
+				if !ok || rec == nil {
+					break
+				}
+			}
+			if len(batch) == 0 {
+				continue
+			}
+			select {
+			case s.out <- batch:
+			case <-ctx.Done():
+				p.dropAll(len(batch))
+				break loop
+			case <-s.closing:
+				p.dropAll(len(batch))
+				break loop
+			}
+		case <-ctx.Done():
+			break loop
+		case <-s.closing:
+			break loop
+		}
+	}
+	p.release()
+	return nil
+}
+
+// Receive returns the next message of any partition this member owns,
+// skipping those of partitions revoked since they were fetched.
+func (s *stream) Receive(ctx context.Context) (transport.Delivery, error) {
+	for {
+		for len(s.buf) > 0 {
+			d := s.buf[0]
+			s.buf[0] = nil
+			s.buf = s.buf[1:]
+			if d.rec.p.stopping() {
+				d.rec.p.drop()
+				continue
+			}
+			d.rec.msg.SetFacts(handler.Facts{
+				Attempt:     d.attempt,
+				Transport:   Scheme,
+				Partition:   d.rec.p.id,
+				Offset:      d.rec.offset,
+				PublishedAt: d.rec.ts,
+				ReceivedAt:  time.Now(),
+			})
+			return d, nil
+		}
+		select {
+		case s.buf = <-s.out:
+		case <-s.closing:
+			return nil, transport.ErrClosed
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Semantics declares per-key order (per partition), offset commits,
+// redelivery on Nack with delay, attempts counted in process, replay, and
+// native headers.
+func (s *stream) Semantics() transport.Semantics { return s.sem }
+
+// Close stops handing out messages, commits the finished prefix of every
+// partition, leaves the group (its partitions move to the other members,
+// which redeliver what was not finished) and disconnects. ctx bounds the
+// wait.
+func (s *stream) Close(ctx context.Context) error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return transport.ErrClosed
+	}
+	close(s.closing)
+	s.t.mu.Lock()
+	delete(s.t.streams, s)
+	s.t.mu.Unlock()
+	finished := make(chan error, 1)
+	go func() {
+		err := s.cg.Close() // ends the session: claims release, sarama commits, leaves
+		s.cancel()
+		<-s.done
+		if cerr := s.client.Close(); cerr != nil && !errors.Is(cerr, sarama.ErrClosedClient) && err == nil {
+			err = cerr
+		}
+		finished <- err
+	}()
+	select {
+	case err := <-finished:
+		if err != nil {
+			return fmt.Errorf("kafka: close %s: %w", s.topic, err)
+		}
+		return nil
+	case <-ctx.Done():
+		s.cancel()
+		return fmt.Errorf("kafka: close %s: %w", s.topic, ctx.Err())
+	}
+}
+
+// partition tracks one claimed partition's records from hand-out to
+// commit. Records enter in offset order; the committed offset advances
+// only over the contiguous prefix of finished ones.
+type partition struct {
+	s     *stream
+	sess  sarama.ConsumerGroupSession
+	topic string
+	id    int32
+
+	mu       sync.Mutex
+	queue    []*record // handed out and not yet behind the commit mark
+	head     int
+	undone   int  // records in queue not finished
+	paused   bool // fetching paused because the window is full
+	revoking bool // release waits for undone to reach 0
+	revoked  atomic.Bool
+
+	space chan struct{} // signalled when the window has room again
+	idle  chan struct{} // signalled when undone reaches 0 while revoking
+	stop  chan struct{} // closed when the release starts: nothing more is handed out
+}
+
+// record is one fetched record and its place in the window. Its first
+// delivery is embedded, so the common path allocates once per record.
+type record struct {
+	p       *partition
+	offset  int64
+	ts      time.Time
+	msg     handler.Message
+	done    bool // guarded by p.mu
+	attempt int  // guarded by p.mu
+	first   delivery
+}
+
+// stopping reports whether the partition is being released: nothing more
+// of it is handed out.
+func (p *partition) stopping() bool {
+	select {
+	case <-p.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// room is how many more records the window takes now.
+func (p *partition) room() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.s.window - (len(p.queue) - p.head)
+}
+
+// dropAll drops n records that were never handed over.
+func (p *partition) dropAll(n int) {
+	for range n {
+		p.drop()
+	}
+}
+
+// drop takes a record that will not be handed out (its partition is being
+// released) out of the count the release waits for. It stays unfinished,
+// so the commit never passes it.
+func (p *partition) drop() {
+	p.mu.Lock()
+	p.undone--
+	idle := p.revoking && p.undone == 0
+	p.mu.Unlock()
+	if idle {
+		notify(p.idle)
+	}
+}
+
+// waitForSpace blocks while the window is full, pausing the partition's
+// fetches meanwhile. It reports false when the session or stream ended.
+func (p *partition) waitForSpace(ctx context.Context) bool {
+	p.mu.Lock()
+	if len(p.queue)-p.head < p.s.window {
+		p.mu.Unlock()
+		return true
+	}
+	p.paused = true
+	p.mu.Unlock()
+	tp := map[string][]int32{p.topic: {p.id}}
+	p.s.cg.Pause(tp)
+	defer p.s.cg.Resume(tp)
+	for {
+		select {
+		case <-p.space:
+			p.mu.Lock()
+			ok := len(p.queue)-p.head < p.s.window
+			if ok {
+				p.paused = false
+			}
+			p.mu.Unlock()
+			if ok {
+				return true
+			}
+		case <-ctx.Done():
+			return false
+		case <-p.s.closing:
+			return false
+		}
+	}
+}
+
+// add enters rec in the window and returns its first delivery, or nil if
+// the record is poison (then it is dead-lettered and finished by the
+// partition itself).
+func (p *partition) add(cm *sarama.ConsumerMessage) *delivery {
+	r := &record{p: p, offset: cm.Offset, ts: cm.Timestamp, attempt: 1}
+	r.first.rec, r.first.attempt = r, 1
+	err := decode(cm, &r.msg)
+	p.mu.Lock()
+	p.queue = append(p.queue, r)
+	p.undone++
+	p.mu.Unlock()
+	if err != nil {
+		go p.s.deadLetterPoison(p, r, cm, err)
+		return nil
+	}
+	return &r.first
+}
+
+// finish marks r finished and advances the commit mark over the
+// contiguous finished prefix.
+func (p *partition) finish(r *record) error {
+	p.mu.Lock()
+	if p.revoked.Load() {
+		p.mu.Unlock()
+		return ErrRevoked
+	}
+	r.done = true
+	p.undone--
+	mark := int64(-1)
+	for p.head < len(p.queue) && p.queue[p.head].done {
+		mark = p.queue[p.head].offset + 1
+		p.queue[p.head] = nil
+		p.head++
+	}
+	if p.head == len(p.queue) {
+		p.queue, p.head = p.queue[:0], 0
+	} else if p.head > 1024 && p.head > len(p.queue)/2 {
+		n := copy(p.queue, p.queue[p.head:])
+		clear(p.queue[n:])
+		p.queue, p.head = p.queue[:n], 0
+	}
+	if mark >= 0 {
+		p.sess.MarkOffset(p.topic, p.id, mark, "")
+	}
+	signalSpace := p.paused && len(p.queue)-p.head < p.s.window
+	signalIdle := p.revoking && p.undone == 0
+	p.mu.Unlock()
+	if signalSpace {
+		notify(p.space)
+	}
+	if signalIdle {
+		notify(p.idle)
+	}
+	return nil
+}
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// release lets the partition go: unless the stream is closing, it waits
+// up to the revoke timeout for the messages in flight, then stops
+// accepting settlements and commits the finished prefix.
+func (p *partition) release() {
+	p.mu.Lock()
+	p.revoking = true
+	close(p.stop) // deliveries not yet received and pending Nacks are dropped
+	wait := p.undone > 0
+	p.mu.Unlock()
+	if wait && !p.s.closed.Load() && p.s.revoke > 0 {
+		timer := time.NewTimer(p.s.revoke)
+		select {
+		case <-p.idle:
+		case <-timer.C:
+			p.s.cfg.logger.Warn("kafka: revoke timeout passed with messages in flight; they will be redelivered",
+				"group", p.s.group, "topic", p.topic, "partition", p.id)
+		case <-p.s.closing:
+		}
+		timer.Stop()
+	}
+	p.mu.Lock()
+	p.revoked.Store(true)
+	p.mu.Unlock()
+	p.sess.Commit()
+}
+
+// delivery is one attempt at one record.
+type delivery struct {
+	rec     *record
+	attempt int
+	settled atomic.Bool
+}
+
+var _ transport.Delivery = (*delivery)(nil)
+
+func (d *delivery) Message() *handler.Message { return &d.rec.msg }
+
+// Ack marks the message finished. Its offset is committed once every
+// earlier message of its partition is finished too, within
+// [CommitInterval]. It returns [ErrRevoked] if the partition was revoked
+// first.
+func (d *delivery) Ack(context.Context) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return transport.ErrSettled
+	}
+	return d.rec.p.finish(d.rec)
+}
+
+// Nack hands the message out again after delay, with the attempt count
+// increased, without blocking other messages or keys; meanwhile the
+// partition's commit holds at its offset. The redelivery is dropped if the
+// partition is revoked first: its new owner starts again at attempt 1.
+func (d *delivery) Nack(_ context.Context, delay time.Duration) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return transport.ErrSettled
+	}
+	r := d.rec
+	p := r.p
+	p.mu.Lock()
+	if p.revoked.Load() {
+		p.mu.Unlock()
+		return ErrRevoked
+	}
+	r.attempt++
+	next := &delivery{rec: r, attempt: r.attempt}
+	p.mu.Unlock()
+	go func() {
+		if delay > 0 {
+			timer := time.NewTimer(delay)
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+			case <-p.stop:
+				p.drop()
+				return
+			}
+		}
+		select {
+		case p.s.out <- []*delivery{next}:
+		case <-p.stop:
+			p.drop()
+		case <-p.s.closing:
+		}
+	}()
+	return nil
+}
+
+// decode maps a record onto m: the record key to Key, the ferry-id header
+// (or watermill-kafka's _watermill_message_uuid) to ID, the other headers
+// to Headers. A header name that is not UTF-8, or a header repeated with
+// different values, makes the record poison.
+func decode(cm *sarama.ConsumerMessage, m *handler.Message) error {
+	m.Topic = cm.Topic
+	if cm.Key != nil {
+		m.Key = string(cm.Key)
+	}
+	m.Payload = cm.Value
+	var wmID string
+	for _, h := range cm.Headers {
+		if h == nil {
+			continue
+		}
+		k := string(h.Key)
+		if !utf8.ValidString(k) {
+			return fmt.Errorf("kafka: header name %q is not UTF-8", k)
+		}
+		v := string(h.Value)
+		switch k {
+		case transport.HeaderID:
+			if m.ID != "" && m.ID != v {
+				return fmt.Errorf("kafka: header %s repeated with different values", k)
+			}
+			m.ID = v
+			continue
+		case headerWatermillID:
+			wmID = v
+			continue
+		}
+		if m.Headers == nil {
+			m.Headers = make(map[string]string, len(cm.Headers))
+		}
+		if old, dup := m.Headers[k]; dup && old != v {
+			return fmt.Errorf("kafka: header %s repeated with different values", k)
+		}
+		m.Headers[k] = v
+	}
+	if m.ID == "" {
+		m.ID = wmID
+	}
+	return nil
+}

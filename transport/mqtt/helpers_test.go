@@ -1,0 +1,215 @@
+package mqtt_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/mqtt"
+	"github.com/ferrymq/ferry/transport/transporttest"
+)
+
+// brokerAddr is the shared Mosquitto, FERRY_MQTT_ADDR or 127.0.0.1:1883.
+func brokerAddr() string {
+	if a := os.Getenv("FERRY_MQTT_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:1883"
+}
+
+// sessionReaper removes, when the test that made it ends, every persistent
+// session the transports it opened used, so that tests leave no sessions
+// behind on the shared broker.
+type sessionReaper struct {
+	addr string
+	mu   sync.Mutex
+	ids  map[string]bool
+}
+
+func newReaper(t testing.TB, addr string) *sessionReaper {
+	r := &sessionReaper{addr: addr, ids: make(map[string]bool)}
+	t.Cleanup(func() {
+		r.mu.Lock()
+		ids := r.ids
+		r.ids = map[string]bool{}
+		r.mu.Unlock()
+		if len(ids) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		tr, err := mqtt.New(ctx, "tcp://"+r.addr)
+		if err != nil {
+			t.Logf("cannot remove %d test sessions: %v", len(ids), err)
+			return
+		}
+		defer tr.Close(ctx)
+		for id := range ids {
+			if err := tr.RemoveSession(ctx, id); err != nil {
+				t.Logf("remove session %s: %v", id, err)
+			}
+		}
+	})
+	return r
+}
+
+func (r *sessionReaper) add(ids ...string) {
+	r.mu.Lock()
+	for _, id := range ids {
+		r.ids[id] = true
+	}
+	r.mu.Unlock()
+}
+
+// open connects a Transport to addr that closes, and has its sessions
+// reaped, when t ends.
+func (r *sessionReaper) open(t testing.TB, opts ...mqtt.Option) *mqtt.Transport {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tr, err := mqtt.New(ctx, "tcp://"+r.addr, opts...)
+	if err != nil {
+		t.Fatalf("mqtt.New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := tr.Close(ctx); err != nil && !errors.Is(err, transport.ErrClosed) {
+			t.Errorf("Transport.Close: %v", err)
+		}
+		r.add(tr.Sessions()...)
+	})
+	return tr
+}
+
+// shared returns a reaper for the shared broker, skipping t when it is
+// unreachable (failing under FERRY_REQUIRE_BROKERS=1).
+func shared(t testing.TB) *sessionReaper {
+	t.Helper()
+	transporttest.RequireBroker(t, "mosquitto", brokerAddr())
+	return newReaper(t, brokerAddr())
+}
+
+// requireBinary skips t when a program is not installed, or fails it under
+// FERRY_REQUIRE_BROKERS=1.
+func requireBinary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if os.Getenv(transporttest.RequireBrokersEnv) == "1" {
+		t.Fatalf("%s not installed (%s=1): apt-get install mosquitto mosquitto-clients", name, transporttest.RequireBrokersEnv)
+	}
+	t.Skipf("%s not installed: apt-get install mosquitto mosquitto-clients; set %s=1 to fail instead", name, transporttest.RequireBrokersEnv)
+	return ""
+}
+
+// privateBroker is a Mosquitto of the test's own, on a free port, with
+// persistence in a temporary directory, that the test may stop and start.
+type privateBroker struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	conf string
+	port int
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startPrivateBroker starts a private Mosquitto and stops it when t ends.
+func startPrivateBroker(t testing.TB) *privateBroker {
+	t.Helper()
+	bin := requireBinary(t, "mosquitto")
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	conf := filepath.Join(dir, "mosquitto.conf")
+	cfg := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\nautosave_interval 1\nmax_queued_messages 0\nlog_dest file %s\n",
+		port, dir, filepath.Join(dir, "mosquitto.log"))
+	if os.Geteuid() == 0 {
+		cfg += "user root\n" // otherwise it drops to user mosquitto and cannot write dir
+	}
+	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := &privateBroker{t: t, bin: bin, dir: dir, conf: conf, port: port}
+	b.start()
+	t.Cleanup(func() {
+		b.stop()
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(dir, "mosquitto.log"))
+			if len(log) > 4000 {
+				log = log[len(log)-4000:]
+			}
+			t.Logf("private mosquitto log (end):\n%s", log)
+		}
+	})
+	return b
+}
+
+func (b *privateBroker) addr() string { return "127.0.0.1:" + strconv.Itoa(b.port) }
+
+// start runs the broker and waits until it accepts connections.
+func (b *privateBroker) start() {
+	b.t.Helper()
+	b.cmd = exec.Command(b.bin, "-c", b.conf)
+	if err := b.cmd.Start(); err != nil {
+		b.t.Fatalf("start mosquitto: %v", err)
+	}
+	b.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(b.cmd, b.done)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", b.addr(), 200*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			return
+		}
+		select {
+		case <-b.done:
+			log, _ := os.ReadFile(filepath.Join(b.dir, "mosquitto.log"))
+			b.t.Fatalf("private mosquitto exited at start: %s", log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("private mosquitto not accepting connections on %s: %v", b.addr(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop stops the broker gracefully (SIGTERM: it saves its state).
+func (b *privateBroker) stop() {
+	if b.cmd == nil {
+		return
+	}
+	_ = b.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-b.done:
+	case <-time.After(10 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.done
+	}
+	b.cmd = nil
+}
+
+// restart stops and starts the broker, keeping its persisted state.
+func (b *privateBroker) restart() {
+	b.t.Helper()
+	b.stop()
+	b.start()
+}

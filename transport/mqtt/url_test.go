@@ -1,0 +1,77 @@
+package mqtt_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/mqtt"
+)
+
+func TestURLErrors(t *testing.T) {
+	ctx := context.Background()
+	for url, want := range map[string]string{
+		"mqtt://127.0.0.1:1883?bogus=1":                   "bogus",
+		"mqtt://127.0.0.1:1883?keepalive=soon":            "keepalive",
+		"mqtt://127.0.0.1:1883?format=xml":                "format",
+		"mqtt://127.0.0.1:1883?key=level:x":               "level",
+		"mqtt://127.0.0.1:1883?key_file=/k.pem":           "key_file without cert",
+		"mqtts://u:s3cret@127.0.0.1:8883?ca=/nonexistent": "CAFile",
+		"mqtt://127.0.0.1:1883/path":                      "path",
+		"mqtt://127.0.0.1:1883?max_payload=0":             "MaxPayload",
+	} {
+		_, err := transport.Open(ctx, url)
+		if !errors.Is(err, transport.ErrInvalidOption) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Open(%s) = %v; want ErrInvalidOption mentioning %q", url, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%s): error shows the password: %v", url, err)
+		}
+	}
+}
+
+func TestUnreachableBroker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := transport.Open(ctx, "mqtt://user:s3cret@127.0.0.1:1?connect_timeout=1s")
+	if !errors.Is(err, mqtt.ErrNotConnected) {
+		t.Fatalf("Open of a closed port = %v; want ErrNotConnected", err)
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error shows the password: %v", err)
+	}
+}
+
+// TestOpenByURL publishes and receives through a Transport opened by URL
+// with the envelope, a custom client ID and keepalive.
+func TestOpenByURL(t *testing.T) {
+	r := shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tr, err := transport.Open(ctx, "mqtt://"+brokerAddr()+"?format=envelope&keepalive=5s&client_id=ferry-url-test-"+t.Name())
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer func() { r.add(tr.(*mqtt.Transport).Sessions()...); _ = tr.Close(ctx) }()
+	topic := "ferry-test/url/" + time.Now().Format("150405.000000")
+	st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Consumer: "ferry-url-test-sub-" + topic})
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	defer st.Close(ctx)
+	if err := tr.Publish(ctx, &handler.Message{ID: "e1", Key: "k", Topic: topic, Payload: []byte("x"), Headers: map[string]string{"h": "1"}}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	d, err := st.Receive(ctx)
+	if err != nil {
+		t.Fatalf("Receive: %v", err)
+	}
+	if m := d.Message(); m.ID != "e1" || m.Key != "k" || m.Headers["h"] != "1" {
+		t.Errorf("got %+v", m)
+	}
+	_ = d.Ack(ctx)
+}

@@ -1,0 +1,115 @@
+package rabbitmq_test
+
+import (
+	"maps"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/rabbitmq"
+	"github.com/ferrymq/ferry/transport/transporttest"
+)
+
+// This file is the conformance run of the RabbitMQ transport against the
+// shared broker (127.0.0.1:5672, or FERRY_AMQP_URL), in three topologies:
+// the default (quorum queue, members share it, no order), ordered (single
+// active consumer: per-topic order) and sharded (four key-hashed queues:
+// per-key order).
+
+func TestConformance(t *testing.T) {
+	requireRabbit(t)
+	transporttest.Run(t, harness{url: brokerURL()})
+}
+
+// sacSuiteEnv enables the suite runs of the single-active-consumer
+// topologies. They pass every case but Groups/Compete, which expects the
+// members of a group to share the work: with single active consumer the
+// second member is a standby by design (see TestSingleActiveConsumer).
+const sacSuiteEnv = "FERRY_RABBITMQ_SAC_SUITE"
+
+func sacSuite(t *testing.T) {
+	t.Helper()
+	if os.Getenv(sacSuiteEnv) != "1" {
+		t.Skipf("set %s=1: this topology fails Groups/Compete by design (a standby member gets nothing)", sacSuiteEnv)
+	}
+	requireRabbit(t)
+}
+
+func TestConformanceOrdered(t *testing.T) {
+	sacSuite(t)
+	transporttest.Run(t, harness{url: brokerURL(), options: map[string]string{rabbitmq.OptOrdered: "true"}})
+}
+
+func TestConformanceSharded(t *testing.T) {
+	sacSuite(t)
+	transporttest.Run(t, harness{url: brokerURL(), shards: 4,
+		options: map[string]string{rabbitmq.OptShards: "4"}})
+}
+
+func BenchmarkConformance(b *testing.B) {
+	requireRabbit(b)
+	transporttest.RunBenchmarks(b, harness{url: brokerURL()})
+}
+
+// harness opens Transports on one broker. Each Open is a new connection.
+// It makes topics and subscriptions so that it can delete what they
+// declare, and configures the DLQ for the NativeDLQ case.
+type harness struct {
+	url     string
+	options map[string]string // added to every Subscription
+	shards  int               // publisher shards (must match options)
+}
+
+func (h harness) Open(tb testing.TB) transport.Transport {
+	var opts []rabbitmq.Option
+	if h.shards > 1 {
+		opts = append(opts, rabbitmq.Shards(h.shards))
+	}
+	return openURL(tb, h.url, opts...)
+}
+
+func (h harness) MakeTopic(tb testing.TB, name string) string {
+	deleteLater(tb, h.url, nil, []string{name})
+	return name
+}
+
+func (h harness) MakeSubscription(tb testing.TB, sub transport.Subscription) transport.Subscription {
+	if len(h.options) > 0 {
+		o := maps.Clone(sub.Options)
+		if o == nil {
+			o = map[string]string{}
+		}
+		maps.Copy(o, h.options)
+		sub.Options = o
+	}
+	group := sub.Group
+	if group == "" {
+		group = "default"
+	}
+	cleanupSub(tb, h.url, sub.Topic, group, h.shards, time.Second, 2*time.Second)
+	return sub
+}
+
+// MakeDeadLetter sets a delivery limit of 2 (three deliveries) and returns
+// a Subscription that consumes the DLQ Subscribe declares.
+func (h harness) MakeDeadLetter(tb testing.TB, sub transport.Subscription) (transport.Subscription, transport.Subscription, int) {
+	o := maps.Clone(sub.Options)
+	if o == nil {
+		o = map[string]string{}
+	}
+	o[rabbitmq.OptDeliveryLimit] = "2"
+	sub.Options = o
+	group := sub.Group
+	if group == "" {
+		group = "default"
+	}
+	dlq := transport.Subscription{
+		Options: map[string]string{
+			rabbitmq.OptQueue:   rabbitmq.DLQName(sub.Topic + "." + group),
+			rabbitmq.OptDeclare: "false",
+		},
+	}
+	return sub, dlq, 3
+}
+

@@ -1,0 +1,280 @@
+package rabbitmq
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"math/big"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/transport"
+)
+
+// Message headers that stand for AMQP basic properties. On receive the
+// properties appear under these names in Message.Headers (when set); on
+// publish these headers set the properties instead of going into the
+// headers table.
+const (
+	HeaderContentType     = "content-type"
+	HeaderContentEncoding = "content-encoding"
+	HeaderCorrelationID   = "correlation-id"
+	HeaderReplyTo         = "reply-to"
+	HeaderType            = "amqp-type"
+	HeaderAppID           = "amqp-app-id"
+	HeaderPriority        = "amqp-priority"
+)
+
+// Private headers of this transport. They travel in the AMQP headers table
+// but never appear in Message.Headers.
+const (
+	hdrPrior = "x-ferry-prior-attempts" // attempts made before the last trip through a retry queue
+	hdrTopic = "x-ferry-topic"          // the subscription's topic, kept through retry queues
+	hdrQueue = "x-ferry-queue"          // the queue a retried message returns to
+)
+
+// brokerOwned reports whether header k is set by the broker (dead-lettering,
+// delivery counting) and so is never published from Message.Headers.
+func brokerOwned(k string) bool {
+	if !strings.HasPrefix(k, "x-") {
+		return false
+	}
+	switch k {
+	case "x-death", "x-delivery-count", "x-first-death-exchange", "x-first-death-queue",
+		"x-first-death-reason", "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason",
+		hdrPrior, hdrTopic, hdrQueue:
+		return true
+	}
+	return false
+}
+
+// headerString renders any AMQP field value as text: integers and floats in
+// decimal, booleans as true/false, decimals exactly, timestamps in RFC 3339
+// UTC, byte arrays as text when they are UTF-8 (base64 otherwise), and
+// tables and arrays (x-death) as JSON.
+func headerString(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case []byte:
+		if utf8.Valid(x) {
+			return string(x)
+		}
+		return base64.StdEncoding.EncodeToString(x)
+	case bool:
+		return strconv.FormatBool(x)
+	case int:
+		return strconv.Itoa(x)
+	case int8:
+		return strconv.FormatInt(int64(x), 10)
+	case int16:
+		return strconv.FormatInt(int64(x), 10)
+	case int32:
+		return strconv.FormatInt(int64(x), 10)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case uint8:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint16:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint32:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint64:
+		return strconv.FormatUint(x, 10)
+	case float32:
+		return strconv.FormatFloat(float64(x), 'g', -1, 32)
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	case amqp.Decimal:
+		return decimalString(x)
+	case time.Time:
+		return x.UTC().Format(time.RFC3339)
+	default:
+		b, err := json.Marshal(jsonable(v))
+		if err != nil {
+			return ""
+		}
+		return string(b)
+	}
+}
+
+func decimalString(d amqp.Decimal) string {
+	r := new(big.Rat).SetFrac(big.NewInt(int64(d.Value)), new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(d.Scale)), nil))
+	return r.FloatString(int(d.Scale))
+}
+
+// jsonable turns tables and arrays into values encoding/json renders the
+// way headerString renders scalars.
+func jsonable(v any) any {
+	switch x := v.(type) {
+	case amqp.Table:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = jsonable(e)
+		}
+		return m
+	case map[string]any:
+		return jsonable(amqp.Table(x))
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = jsonable(e)
+		}
+		return out
+	case []byte, amqp.Decimal, time.Time:
+		return headerString(x)
+	default:
+		return x
+	}
+}
+
+// headerInt reads an integer-valued header of any AMQP integer type (or a
+// decimal string), reporting whether there was one.
+func headerInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), true
+	case int8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint8:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case uint64:
+		return int64(x), true
+	case string:
+		n, err := strconv.ParseInt(x, 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// toPublishing builds the AMQP message for m: persistent, message_id = ID,
+// the Key in the ferry-key header, property headers lifted into properties,
+// every other header a long string in the table.
+func toPublishing(m *handler.Message, now time.Time) amqp.Publishing {
+	p := amqp.Publishing{
+		DeliveryMode: amqp.Persistent,
+		MessageId:    m.ID,
+		Timestamp:    now,
+		Body:         m.Payload,
+	}
+	n := len(m.Headers)
+	if m.Key != "" {
+		n++
+	}
+	if n > 0 {
+		p.Headers = make(amqp.Table, n)
+	}
+	if m.Key != "" {
+		p.Headers[transport.HeaderKey] = m.Key
+	}
+	for k, v := range m.Headers {
+		switch k {
+		case HeaderContentType:
+			p.ContentType = v
+		case HeaderContentEncoding:
+			p.ContentEncoding = v
+		case HeaderCorrelationID:
+			p.CorrelationId = v
+		case HeaderReplyTo:
+			p.ReplyTo = v
+		case HeaderType:
+			p.Type = v
+		case HeaderAppID:
+			p.AppId = v
+		case HeaderPriority:
+			if n, err := strconv.Atoi(v); err == nil && n >= 0 && n <= 255 {
+				p.Priority = uint8(n)
+			} else {
+				p.Headers[k] = v
+			}
+		case transport.HeaderKey:
+			// The Key field wins.
+			if m.Key == "" {
+				p.Headers[k] = v
+			}
+		default:
+			if !brokerOwned(k) {
+				p.Headers[k] = v
+			}
+		}
+	}
+	return p
+}
+
+// fromDelivery fills m from d: ID from message_id (or the ferry-id header),
+// Key from the ferry-key header (or the routing key when the header is
+// absent), every header rendered as text (x-delivery-count becomes
+// Facts.Attempt instead), and the property headers.
+func fromDelivery(m *handler.Message, d *amqp.Delivery, topic string) {
+	m.ID = d.MessageId
+	m.Topic = topic
+	m.Payload = d.Body
+	n := len(d.Headers) + 4
+	h := make(map[string]string, n)
+	for k, v := range d.Headers {
+		switch k {
+		case hdrPrior, hdrTopic, hdrQueue, "x-delivery-count":
+			// Private, or read into Facts.Attempt.
+			continue
+		}
+		h[k] = headerString(v)
+	}
+	if k, ok := h[transport.HeaderKey]; ok {
+		m.Key = k
+		delete(h, transport.HeaderKey)
+	} else if _, retried := d.Headers[hdrQueue]; !retried {
+		m.Key = d.RoutingKey
+	}
+	if m.ID == "" {
+		m.ID = h[transport.HeaderID]
+	}
+	delete(h, transport.HeaderID)
+	set := func(k, v string) {
+		if v != "" {
+			h[k] = v
+		}
+	}
+	set(HeaderContentType, d.ContentType)
+	set(HeaderContentEncoding, d.ContentEncoding)
+	set(HeaderCorrelationID, d.CorrelationId)
+	set(HeaderReplyTo, d.ReplyTo)
+	set(HeaderType, d.Type)
+	set(HeaderAppID, d.AppId)
+	if d.Priority != 0 {
+		h[HeaderPriority] = strconv.Itoa(int(d.Priority))
+	}
+	if len(h) > 0 {
+		m.Headers = h
+	} else {
+		m.Headers = nil
+	}
+}
+
+// attemptOf is the 1-based attempt of d: the attempts made before its last
+// trip through a retry queue, plus the queue's x-delivery-count, plus one.
+// On a classic queue, which has no delivery count, the redelivered flag
+// makes it at least 2.
+func attemptOf(d *amqp.Delivery) int {
+	prior, _ := headerInt(d.Headers[hdrPrior])
+	count, ok := headerInt(d.Headers["x-delivery-count"])
+	if !ok && d.Redelivered {
+		count = 1
+	}
+	return int(prior + count + 1)
+}

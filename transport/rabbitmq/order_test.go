@@ -1,0 +1,165 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/rabbitmq"
+	"github.com/ferrymq/ferry/transport/transporttest"
+)
+
+// orderLog records, per key, the sequence numbers handled, by member.
+type orderLog struct {
+	mu     sync.Mutex
+	seqs   map[string][]int
+	member map[string]int
+}
+
+func (l *orderLog) handler(member string) handler.Handler {
+	return handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		n, err := strconv.Atoi(m.Header("seq"))
+		if err != nil {
+			return handler.Permanent(err)
+		}
+		l.mu.Lock()
+		l.seqs[m.Key] = append(l.seqs[m.Key], n)
+		l.member[member]++
+		l.mu.Unlock()
+		return nil
+	})
+}
+
+func (l *orderLog) total() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.seqs {
+		n += len(s)
+	}
+	return n
+}
+
+// check fails unless every key saw 0..perKey-1 in order, exactly once.
+func (l *orderLog) check(t *testing.T, keys, perKey int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range keys {
+		s := l.seqs["k"+strconv.Itoa(k)]
+		if len(s) != perKey {
+			t.Errorf("key k%d: %d messages handled, want %d", k, len(s), perKey)
+			continue
+		}
+		for i, n := range s {
+			if n != i {
+				t.Errorf("key k%d: handled %v, want 0..%d in order", k, s[:min(len(s), 20)], perKey-1)
+				break
+			}
+		}
+	}
+}
+
+func publishSeq(t *testing.T, tr transport.Publisher, topic string, keys, from, to int) {
+	t.Helper()
+	var msgs []*handler.Message
+	for i := from; i < to; i++ {
+		for k := range keys {
+			msgs = append(msgs, &handler.Message{ID: fmt.Sprintf("k%d-%d", k, i), Key: "k" + strconv.Itoa(k), Topic: topic,
+				Payload: []byte("x"), Headers: map[string]string{"seq": strconv.Itoa(i)}})
+		}
+	}
+	// One at a time per key, in order: a batch is written in order on one channel.
+	if err := transport.PublishBatch(context.Background(), tr, msgs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newRouter(t *testing.T, name string, s transport.Subscriber, sub transport.Subscription, h handler.Handler) *ferry.Router {
+	t.Helper()
+	r, err := ferry.NewRouter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Add(name, s, sub, h, ferry.Concurrency(8)); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestSingleActiveConsumer: with "ordered", two members of a group (two
+// connections, each a Router with per-key order) never both consume: one is
+// active and handles everything in order, the other stands by; when the
+// active one closes, the standby takes over and order still holds.
+func TestSingleActiveConsumer(t *testing.T) {
+	a, b := open(t), open(t)
+	topic := transporttest.UniqueName(t, "sac")
+	cleanupSub(t, brokerURL(), topic, "g", 0)
+	sub := transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptOrdered: "true"}}
+	log := &orderLog{seqs: map[string][]int{}, member: map[string]int{}}
+	ra := newRouter(t, "a", a, sub, log.handler("a"))
+	runRouter(t, ra)
+	rb := newRouter(t, "b", b, sub, log.handler("b"))
+	runRouter(t, rb)
+
+	const keys, half = 10, 100
+	publishSeq(t, a, topic, keys, 0, half)
+	waitFor(t, "the first half handled", 20*time.Second, func() bool { return log.total() == keys*half })
+	log.mu.Lock()
+	if log.member["b"] != 0 || log.member["a"] != keys*half {
+		t.Errorf("first half handled by a: %d, b: %d; want all by the first member", log.member["a"], log.member["b"])
+	}
+	log.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ra.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	publishSeq(t, b, topic, keys, half, 2*half)
+	waitFor(t, "the second half handled", 20*time.Second, func() bool { return log.total() == 2*keys*half })
+	log.check(t, keys, 2*half)
+	log.mu.Lock()
+	if log.member["b"] != keys*half {
+		t.Errorf("after the active member left, the standby handled %d, want %d", log.member["b"], keys*half)
+	}
+	log.mu.Unlock()
+}
+
+// TestSharded: with shards=4, messages are hashed by Key over four queues,
+// each with single active consumer; a Router handles them with per-key
+// order and every shard carries some keys. A second member consuming only
+// shards 2 and 3 takes those shards' keys while the first keeps 0 and 1.
+func TestSharded(t *testing.T) {
+	pub := open(t, rabbitmq.Shards(4))
+	c1, c2 := open(t), open(t)
+	topic := transporttest.UniqueName(t, "shard")
+	cleanupSub(t, brokerURL(), topic, "g", 4)
+	log := &orderLog{seqs: map[string][]int{}, member: map[string]int{}}
+	sub1 := transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptShards: "4", rabbitmq.OptShard: "0,1"}}
+	sub2 := transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptShards: "4", rabbitmq.OptShard: "2,3"}}
+	r1 := newRouter(t, "one", c1, sub1, log.handler("one"))
+	runRouter(t, r1)
+	r2 := newRouter(t, "two", c2, sub2, log.handler("two"))
+	runRouter(t, r2)
+
+	const keys, per = 20, 50
+	publishSeq(t, pub, topic, keys, 0, per)
+	waitFor(t, "every message handled", 20*time.Second, func() bool { return log.total() == keys*per })
+	log.check(t, keys, per)
+	log.mu.Lock()
+	if log.member["one"] == 0 || log.member["two"] == 0 {
+		t.Errorf("member one handled %d, two %d; want both to have shards with keys", log.member["one"], log.member["two"])
+	}
+	log.mu.Unlock()
+	lag, err := c1.Lag(context.Background(), transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptShards: "4"}})
+	if err != nil || len(lag) != 4 {
+		t.Fatalf("lag %v, %v; want 4 shard queues", lag, err)
+	}
+}

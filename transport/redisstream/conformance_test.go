@@ -1,0 +1,75 @@
+package redisstream_test
+
+import (
+	"testing"
+
+	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/redisstream"
+	"github.com/ferrymq/ferry/transport/transporttest"
+)
+
+// harness opens connections to one Redis by URL.
+type harness struct {
+	addr string
+	url  string
+}
+
+func (h harness) Open(tb testing.TB) transport.Transport { return open(tb, h.url) }
+
+// MakeTopic deletes the topic's keys when tb ends.
+func (h harness) MakeTopic(tb testing.TB, name string) string {
+	cleanupKeys(tb, h.addr, name)
+	return name
+}
+
+// MakeDeadLetter turns on max_deliveries with a dead-letter stream that a
+// second group reads from the start.
+func (h harness) MakeDeadLetter(tb testing.TB, sub transport.Subscription) (transport.Subscription, transport.Subscription, int) {
+	const limit = 3
+	dlq := sub.Topic + ".dlq"
+	with := sub
+	with.Options = map[string]string{"max_deliveries": "3", "dead_letter": dlq}
+	return with, transport.Subscription{Topic: dlq, Group: sub.Group + "-dlq", StartAtOldest: true}, limit
+}
+
+// restartHarness is harness on a private redis-server it can restart.
+type restartHarness struct {
+	harness
+	srv *privateRedis
+}
+
+func (h restartHarness) Restart(tb testing.TB) { h.srv.Restart(tb) }
+
+// TestConformance runs the suite against the shared Redis in both modes:
+// one stream with competing consumers (no order), and a topic of 4 shards
+// read under shard leases (per-key order).
+func TestConformance(t *testing.T) {
+	requireShared(t)
+	t.Run("Shared", func(t *testing.T) {
+		transporttest.Run(t, harness{addr: sharedAddr, url: "redis://" + sharedAddr + "?" + fast})
+	})
+	t.Run("Sharded", func(t *testing.T) {
+		transporttest.Run(t, harness{addr: sharedAddr, url: "redis://" + sharedAddr + "?shards=4&" + fast})
+	})
+}
+
+// TestConformanceRestart runs the suite, with its Restart case, against a
+// private redis-server (append-only, fsync always) that it kills and
+// starts again: the shared one is never restarted.
+func TestConformanceRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the suite already ran against the shared Redis")
+	}
+	srv := startPrivateRedis(t)
+	transporttest.Run(t, restartHarness{
+		harness: harness{addr: srv.addr(), url: "redis://" + srv.addr() + "?shards=2&" + fast},
+		srv:     srv,
+	})
+}
+
+var (
+	_ transporttest.TopicMaker      = harness{}
+	_ transporttest.DeadLetterMaker = harness{}
+	_ transporttest.Restarter       = restartHarness{}
+	_ transport.Transport           = (*redisstream.Transport)(nil)
+)

@@ -1,0 +1,113 @@
+// Package redisstream is Ferry's Redis Streams transport, on
+// github.com/redis/go-redis/v9. A topic is a stream (or N sharded
+// streams), a Ferry group is a Redis consumer group, acks are XACK, and
+// unacked entries stay in the group's pending entries list (PEL) until a
+// member takes them over with XAUTOCLAIM.
+//
+// Make a transport with [New], or open one by URL after a blank import:
+//
+//	import _ "github.com/ferrymq/ferry/transport/redisstream"
+//	t, err := transport.Open(ctx, "redis://127.0.0.1:6379/0?shards=8")
+//
+// The full semantics page is docs/transports/redis-streams.md.
+//
+// # URLs
+//
+// redis://[[user]:password@]host[:port][/db] and rediss://… for TLS
+// ([Scheme], [SchemeTLS]). The user info is AUTH (an ACL user when a user
+// name is given); the path is the database number. Query keys, each one
+// option of [Options] or [ConsumeOptions]:
+//
+//   - pool_size, client_name, skip_verify (rediss only, tests only).
+//   - max_payload: largest payload in bytes; default 512 MiB.
+//   - maxlen: XADD MAXLEN ~ n on every publish; default 1,000,000; 0 turns
+//     trimming off. retention: XADD MINID ~ (now - retention) instead.
+//   - shards: streams per topic (0, the default, is one stream named after
+//     the topic; n splits it into "<topic>:0" … "<topic>:<n-1>").
+//   - Subscription defaults, also accepted in Subscription.Options: mode
+//     (auto, shared, exclusive), count, block, claim_idle, claim_interval,
+//     max_extend, lease, max_deliveries, dead_letter.
+//
+// Any other key is an error wrapping [transport.ErrInvalidOption]. Per-topic
+// settings (MaxLen, Retention, Shards) are set in code with
+// [Options].Topics; publishers and subscribers of a topic must agree on
+// Shards.
+//
+// # Delivery semantics
+//
+// Publish is XADD with MAXLEN ~ (or MINID ~) trimming and returns when
+// Redis replied. A Redis error reply is a plain failure; a lost connection
+// or timeout after the command left is [transport.ErrUnknownOutcome].
+// PublishBatch pipelines the XADDs in one round trip. A keyed message on a
+// sharded topic goes to stream FNV-1a(key) mod n ([ShardOf]); a keyless one
+// round-robins.
+//
+// Subscribe creates the group on every stream (XGROUP CREATE … MKSTREAM,
+// from "$", or "0" with StartAtOldest). Receive reads with XREADGROUP …
+// COUNT count BLOCK block, one batch ahead. Facts.Attempt is the entry's
+// PEL delivery count.
+//
+// Ack queues the ID; one XACK carries every ID acked within 2ms or count
+// IDs (pipelined over shards), and Close flushes. A crash before the flush
+// leaves entries pending: they are redelivered, never lost.
+//
+// Unacked entries: an entry pending longer than claim_idle (30s) without a
+// refresh is taken over by any member's XAUTOCLAIM (every claim_interval,
+// 1s), as attempt n+1. While a delivery is unsettled the member refreshes
+// its idle time every claim_idle/3 (XCLAIM … JUSTID to itself, guarded by a
+// script so that it never steals an entry another member took), for up to
+// max_extend (1h) after receipt; [transport.Extender] refreshes at once and
+// can go beyond. So a long-running handler keeps its entry, and a dead
+// member's entries move after claim_idle.
+//
+// Nack(delay) leaves the entry pending and sets its idle time to
+// claim_idle - delay (XCLAIM … IDLE ms JUSTID): the first XAUTOCLAIM after
+// the delay takes it. A delay longer than claim_idle is held by this
+// member's heartbeat until only claim_idle remains; if the member dies
+// meanwhile the entry returns after claim_idle. Close makes every unsettled
+// delivery claimable at once.
+//
+// Modes. In shared mode (the default for an unsharded topic) every member
+// reads every stream and Redis spreads entries over them: no order
+// (Semantics.Ordering none). In exclusive mode (the default for a sharded
+// topic) each stream is read by one member at a time under a lease,
+// described in full in lease.go and the docs page: per-key order
+// (per-topic with one stream). A member takes over a shard's pending
+// entries before reading new ones, and hands a shard over only with
+// nothing of it in flight. A member cut off from Redis for longer than the
+// lease (10s) may overlap with the next owner, as a Kafka zombie would.
+// Redelivered (Nacked or taken-over) entries do not hold back newer ones.
+//
+// With max_deliveries n, an entry about to be delivered an (n+1)th time is
+// moved to the dead-letter stream (default "<topic>.dlq") with the
+// dead-letter headers and acked, in one MULTI (Semantics.NativeDLQ).
+// Pending entries whose data was trimmed are dropped by XAUTOCLAIM and
+// counted in [Transport.Stats].
+//
+// Semantics: Ordering as above, Ack per-message, Redelivery on-nack,
+// NackDelay, Attempts, Extend, Replay and Headers true, NativeDLQ when
+// max_deliveries is set, MaxPayload max_payload, RedeliveryDelay
+// max(claim_interval, lease tick) + block + 250ms.
+//
+// # Wire format
+//
+// One stream entry per message, fields: "ferry-id" (Message.ID, omitted
+// when empty), "ferry-key" (Message.Key, omitted when empty), one field per
+// header under the header's own name, and "payload". On receipt every
+// other field is a header, so entries written by redis-cli or any client
+// (XADD orders * ferry-id o-1 ferry-key c-7 source web payload {...}) are
+// handled with their ID, Key and headers. A header named "payload",
+// "ferry-id" or "ferry-key" is refused. Facts: Transport "redis",
+// Partition the shard (-1 unsharded), Offset -1, BrokerID the entry ID,
+// PublishedAt the entry ID's time.
+//
+// # Not supported
+//
+//   - Redis Cluster: the client is a single-node client (shards of a topic
+//     are ordinary keys and could live on different nodes; not tested).
+//   - Exactly-once: a crash between a handler's effect and the XACK flush
+//     redelivers; consumers dedupe on Message.ID.
+//   - Keeping unconsumed entries past MAXLEN or MINID: trimming deletes them
+//     whether or not a group has read them.
+//   - Ordering across a Nack: a redelivered entry comes after newer ones.
+package redisstream

@@ -1,0 +1,50 @@
+package sqs_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/sqs"
+	"github.com/ferrymq/ferry/transport/transporttest"
+)
+
+// harness runs the suite on fauxqs. Each Open is a new Transport (its own
+// SQS client), as a separate process would have.
+type harness struct{}
+
+func (harness) Open(tb testing.TB) transport.Transport { return open(tb) }
+
+// MakeSubscription shortens the lease so that a consumer that leaves
+// without closing is replaced quickly.
+func (harness) MakeSubscription(tb testing.TB, sub transport.Subscription) transport.Subscription {
+	sub.Options = map[string]string{"visibility": "2s", "pollers": "2"}
+	return sub
+}
+
+// MakeDeadLetter attaches a redrive policy (maxReceiveCount 3) to the
+// subscribed queue.
+func (harness) MakeDeadLetter(tb testing.TB, sub transport.Subscription) (transport.Subscription, transport.Subscription, int) {
+	dlq := sub.Topic + "-dlq"
+	withDLQ := sub
+	withDLQ.Options = map[string]string{"visibility": "2s", "dlq": dlq, "max_receive_count": "3"}
+	return withDLQ, transport.Subscription{Topic: dlq, Group: sub.Group + "-dlq", Options: map[string]string{"visibility": "2s"}}, 3
+}
+
+// MakeTopic creates the queue and deletes it when tb ends.
+func (harness) MakeTopic(tb testing.TB, name string) string {
+	tr := open(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := tr.DeclareQueue(ctx, sqs.Queue{Name: name})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { deleteQueue(tb, tr, info.URL) })
+	return name
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, harness{})
+}

@@ -1,0 +1,382 @@
+// Package wire is Ferry's message format on Amazon SQS and SNS: which message
+// attributes carry a message's ID, Key and Headers, how headers beyond the
+// ten attributes a message may have are packed, and how a payload SQS cannot
+// carry as text is encoded.
+//
+// The sqs and sns transports use it; a producer or consumer written with
+// another client can use it, or the description below, to interoperate.
+//
+//   - The body is the payload, byte for byte, when it is non-empty text SQS
+//     accepts (UTF-8 of the characters #x9 | #xA | #xD | #x20 to #xD7FF |
+//     #xE000 to #xFFFD | #x10000 to #x10FFFF). Otherwise the body is the
+//     payload in standard base64 and the String attribute
+//     "ferry-body-encoding" is "base64" (or the body is "-" and the attribute
+//     is "empty", since SQS refuses an empty body).
+//   - Message.ID is the String attribute "ferry-id" (configurable). When it is
+//     absent a reader takes "_watermill_message_uuid" (watermill-aws's
+//     attribute), then the caller's fallback (the SQS MessageId).
+//   - Message.Key is MessageGroupId on FIFO queues and topics; elsewhere, and
+//     on FIFO when the key is not a valid group ID, it is the String
+//     attribute "ferry-key".
+//   - Each header is a String attribute of the same name (Number when the
+//     writer lists it as numeric, so that SNS numeric filter policies match
+//     it), as watermill-aws writes its metadata. SQS and SNS allow ten
+//     attributes per message. When a message has more, or a header cannot be
+//     an attribute (an empty value, a name SQS refuses, a name Ferry
+//     reserves), the headers that do not fit go into one String attribute,
+//     "ferry-headers", as a JSON object. Attributes are filled in header-name
+//     order, so the same headers always pack the same way. A reader merges
+//     the object back into the headers; a foreign reader sees it as one
+//     attribute holding JSON.
+package wire
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/ferrymq/ferry/handler"
+)
+
+// Attribute names Ferry writes.
+const (
+	IDAttribute       = "ferry-id"            // Message.ID (default name)
+	KeyAttribute      = "ferry-key"           // Message.Key where MessageGroupId cannot carry it
+	HeadersAttribute  = "ferry-headers"       // headers that did not fit, as a JSON object
+	EncodingAttribute = "ferry-body-encoding" // "base64" or "empty" when the body is not the payload
+
+	// WatermillUUIDAttribute is where watermill-aws keeps a message's UUID.
+	// Readers take it as the ID when the ID attribute is absent.
+	WatermillUUIDAttribute = "_watermill_message_uuid"
+)
+
+// MaxAttributes is how many message attributes SQS and SNS accept per message.
+const MaxAttributes = 10
+
+// Data types of attributes.
+const (
+	String = "String"
+	Number = "Number"
+	Binary = "Binary"
+)
+
+// Attribute is one message attribute. Value holds the text of String and
+// Number attributes, or the bytes of a Binary one.
+type Attribute struct {
+	DataType string
+	Value    string
+}
+
+// Codec encodes and decodes messages. The zero value writes the ID to
+// [IDAttribute] and every header as a String attribute.
+type Codec struct {
+	// IDAttribute names the attribute carrying Message.ID; empty means
+	// [IDAttribute]. Set it to [WatermillUUIDAttribute] for watermill-aws
+	// consumers to see Ferry's ID as their message UUID.
+	IDAttribute string
+
+	// NumberHeaders lists headers written with data type Number when their
+	// value is a decimal number, so that SNS numeric filter policies (such
+	// as {"total":[{"numeric":[">",500]}]}) can match them.
+	NumberHeaders []string
+}
+
+// ErrAttribute is returned by Decode for an attribute it cannot read (a
+// packed-headers attribute that is not a JSON object of strings, a body whose
+// base64 is corrupt).
+var ErrAttribute = errors.New("wire: malformed message attribute")
+
+func (c Codec) idName() string {
+	if c.IDAttribute != "" {
+		return c.IDAttribute
+	}
+	return IDAttribute
+}
+
+// Encoded is a message ready to send.
+type Encoded struct {
+	Body       string
+	Attributes map[string]Attribute
+}
+
+// Size is the message size as SQS and SNS count it: the body plus each
+// attribute's name, data type and value, in bytes.
+func (e *Encoded) Size() int {
+	n := len(e.Body)
+	for k, a := range e.Attributes {
+		n += len(k) + len(a.DataType) + len(a.Value)
+	}
+	return n
+}
+
+// Encode encodes m. id is the ID to write (the caller may have generated one
+// for an empty Message.ID); keyAttr says whether Message.Key goes into
+// [KeyAttribute] (standard queues and topics, or a key MessageGroupId cannot
+// carry). m is only read.
+func (c Codec) Encode(m *handler.Message, id string, keyAttr bool) (*Encoded, error) {
+	e := &Encoded{Attributes: make(map[string]Attribute, min(MaxAttributes, len(m.Headers)+2))}
+	switch {
+	case len(m.Payload) == 0:
+		e.Body = "-"
+		e.Attributes[EncodingAttribute] = Attribute{String, "empty"}
+	case ValidText(m.Payload):
+		e.Body = string(m.Payload)
+	default:
+		e.Body = base64.StdEncoding.EncodeToString(m.Payload)
+		e.Attributes[EncodingAttribute] = Attribute{String, "base64"}
+	}
+	idName := c.idName()
+	if id != "" {
+		e.Attributes[idName] = Attribute{String, id}
+	}
+	if keyAttr && m.Key != "" {
+		if !validValue(m.Key) {
+			return nil, fmt.Errorf("wire: key %q has characters SQS refuses", m.Key)
+		}
+		e.Attributes[KeyAttribute] = Attribute{String, m.Key}
+	}
+	if len(m.Headers) == 0 {
+		return e, nil
+	}
+	names := make([]string, 0, len(m.Headers))
+	for k := range m.Headers {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	free := MaxAttributes - len(e.Attributes)
+	var native, packed []string
+	for _, k := range names {
+		v := m.Headers[k]
+		if k == idName || k == KeyAttribute || k == HeadersAttribute || k == EncodingAttribute ||
+			!ValidName(k) || v == "" || !validValue(v) {
+			packed = append(packed, k)
+			continue
+		}
+		native = append(native, k)
+	}
+	if len(packed) > 0 || len(native) > free {
+		// One slot goes to the pack.
+		keep := max(free-1, 0)
+		if keep < len(native) {
+			packed = append(packed, native[keep:]...)
+			native = native[:keep]
+		}
+	}
+	for _, k := range native {
+		e.Attributes[k] = Attribute{c.dataType(k, m.Headers[k]), m.Headers[k]}
+	}
+	if len(packed) > 0 {
+		if free < 1 {
+			return nil, errors.New("wire: no attribute left for the packed headers")
+		}
+		obj := make(map[string]string, len(packed))
+		for _, k := range packed {
+			obj[k] = m.Headers[k]
+		}
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return nil, fmt.Errorf("wire: pack headers: %w", err)
+		}
+		e.Attributes[HeadersAttribute] = Attribute{String, string(b)}
+	}
+	return e, nil
+}
+
+func (c Codec) dataType(name, v string) string {
+	for _, n := range c.NumberHeaders {
+		if n == name {
+			if _, err := strconv.ParseFloat(v, 64); err == nil {
+				return Number
+			}
+		}
+	}
+	return String
+}
+
+// Decoded is what Decode recovers.
+type Decoded struct {
+	Payload []byte
+	ID      string // "" when no ID attribute was present
+	Key     string // from KeyAttribute; "" when absent
+	Headers map[string]string
+}
+
+// Decode decodes a received body and its attributes. attrs is only read.
+func (c Codec) Decode(body string, attrs map[string]Attribute) (Decoded, error) {
+	var d Decoded
+	switch attrs[EncodingAttribute].Value {
+	case "empty":
+		d.Payload = []byte{}
+	case "base64":
+		p, err := base64.StdEncoding.DecodeString(body)
+		if err != nil {
+			return d, fmt.Errorf("%w: base64 body: %v", ErrAttribute, err)
+		}
+		d.Payload = p
+	default:
+		d.Payload = []byte(body)
+	}
+	idName := c.idName()
+	idFrom := ""
+	if a, ok := attrs[idName]; ok {
+		d.ID, idFrom = a.Value, idName
+	} else if a, ok := attrs[WatermillUUIDAttribute]; ok {
+		d.ID, idFrom = a.Value, WatermillUUIDAttribute
+	}
+	d.Key = attrs[KeyAttribute].Value
+	for k, a := range attrs {
+		switch k {
+		case idFrom, KeyAttribute, EncodingAttribute:
+			continue
+		case HeadersAttribute:
+			var obj map[string]string
+			if err := json.Unmarshal([]byte(a.Value), &obj); err != nil {
+				return d, fmt.Errorf("%w: %s: %v", ErrAttribute, HeadersAttribute, err)
+			}
+			if d.Headers == nil {
+				d.Headers = make(map[string]string, len(attrs)+len(obj))
+			}
+			for hk, hv := range obj {
+				d.Headers[hk] = hv
+			}
+			continue
+		}
+		if d.Headers == nil {
+			d.Headers = make(map[string]string, len(attrs))
+		}
+		d.Headers[k] = a.Value
+	}
+	return d, nil
+}
+
+// ValidName reports whether SQS and SNS accept name as a message attribute
+// name: 1 to 256 of A-Z a-z 0-9 _ - ., no leading, trailing or doubled
+// period, and no "AWS." or "Amazon." prefix.
+func ValidName(name string) bool {
+	if name == "" || len(name) > 256 || name[0] == '.' || name[len(name)-1] == '.' ||
+		strings.Contains(name, "..") {
+		return false
+	}
+	l := strings.ToLower(name)
+	if strings.HasPrefix(l, "aws.") || strings.HasPrefix(l, "amazon.") {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidText reports whether p is a non-empty body SQS accepts as text.
+func ValidText(p []byte) bool {
+	if len(p) == 0 {
+		return false
+	}
+	for i := 0; i < len(p); {
+		c := p[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {
+				return false
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(p[i:])
+		if (r == utf8.RuneError && n == 1) || !validRune(r) {
+			return false
+		}
+		i += n
+	}
+	return true
+}
+
+func validValue(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {
+				return false
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if (r == utf8.RuneError && n == 1) || !validRune(r) {
+			return false
+		}
+		i += n
+	}
+	return true
+}
+
+func validRune(r rune) bool {
+	return r == 0x9 || r == 0xA || r == 0xD || (r >= 0x20 && r <= 0xD7FF) ||
+		(r >= 0xE000 && r <= 0xFFFD) || (r >= 0x10000 && r <= 0x10FFFF)
+}
+
+// NoKeyGroupPrefix starts the MessageGroupId of a message with no Key on a
+// FIFO queue or topic: each such message gets a group of its own, so keyless
+// messages are not ordered among themselves (as Message.Key's doc says), and
+// readers turn such a group back into an empty Key.
+const NoKeyGroupPrefix = "ferry-nokey:"
+
+// FIFOFields returns the MessageGroupId and MessageDeduplicationId of a
+// message with Key key and ID id on a FIFO queue or topic, and whether the
+// Key must also travel in [KeyAttribute] (when the group is not the Key
+// verbatim, because the Key is not a valid group ID).
+func FIFOFields(key, id string) (group, dedupe string, keyAttr bool) {
+	switch {
+	case key == "":
+		group = FIFOID(NoKeyGroupPrefix + id)
+	case validFIFOID(key):
+		group = key
+	default:
+		group, keyAttr = FIFOID(key), true
+	}
+	return group, FIFOID(id), keyAttr
+}
+
+// FIFOID returns s if it is a valid MessageGroupId or
+// MessageDeduplicationId (1 to 128 characters of a-z A-Z 0-9 and ASCII
+// punctuation), else the hex SHA-256 of s, which is.
+func FIFOID(s string) string {
+	if validFIFOID(s) {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+func validFIFOID(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < '!' || c > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// NewID returns a random ID (32 hex digits), for a message published
+// without one.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
