@@ -38,6 +38,11 @@ type Semantics struct {
 	// limit) once its limit is reached.
 	NativeDLQ bool
 
+	// FanOut reports whether each Subscription.Group receives every message
+	// of the topic (members of one group sharing it). False where a queue is
+	// itself the one group (a plain SQS queue: fan out with SNS instead).
+	FanOut bool
+
 	// Replay reports whether a new group can start at the oldest retained
 	// message (Subscription.StartAtOldest) and see history.
 	Replay bool

@@ -44,8 +44,10 @@ type BatchPublisher interface {
 // A Subscriber opens subscriptions on a broker.
 type Subscriber interface {
 	// Subscribe opens sub and returns its stream of deliveries. It declares
-	// the broker resources it needs (group, queue, bindings) idempotently.
-	// ctx bounds the opening only, not the life of the stream.
+	// the broker resources it needs (group, queue, bindings) idempotently,
+	// and has joined the group when it returns: a message published after
+	// Subscribe returns reaches the group. ctx bounds the opening only, not
+	// the life of the stream.
 	Subscribe(ctx context.Context, sub Subscription) (Stream, error)
 	// Close closes the subscriber and every stream it opened, releasing
 	// unsettled deliveries for redelivery. ctx bounds the wait.
@@ -127,10 +129,11 @@ type Delivery interface {
 
 	// Nack returns the message for redelivery after at least delay (0 means
 	// as soon as the broker will). A transport that cannot delay declares
-	// Semantics.NackDelay false and redelivers as soon as it can; one whose
-	// broker cannot redeliver at all (Semantics.Redelivery == RedeliverNever)
-	// returns an error wrapping errors.ErrUnsupported and the caller must
-	// dead-letter instead.
+	// Semantics.NackDelay false and redelivers as soon as it can. One whose
+	// broker cannot redeliver on request (Semantics.Redelivery is
+	// RedeliverOnReconnect or RedeliverNever) returns an error wrapping
+	// errors.ErrUnsupported and leaves the delivery unsettled: the caller
+	// retries in process or dead-letters instead.
 	Nack(ctx context.Context, delay time.Duration) error
 }
 

@@ -75,6 +75,7 @@ func newBroker(cfg config) *Broker {
 			Attempts:        true,
 			Extend:          false,
 			NativeDLQ:       false,
+			FanOut:          true,
 			Replay:          true,
 			Headers:         true,
 			MaxPayload:      cfg.maxPayload,

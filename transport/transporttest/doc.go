@@ -74,7 +74,8 @@
 //     both. Messages go out in waves until both members have had some.
 //     Duplicates are allowed only where Ack is offset (a rebalance resumes
 //     at the last committed offset).
-//   - Groups/FanOut: two groups each receive every message, exactly once.
+//   - Groups/FanOut: two groups each receive every message, exactly once
+//     (when Semantics.FanOut; a plain SQS queue is one group).
 //   - Replay: a new group with StartAtOldest receives what was published
 //     before it subscribed; a new group without it receives only newer
 //     messages.

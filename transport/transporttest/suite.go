@@ -129,9 +129,9 @@ func (s *suite) probe(t *testing.T) {
 
 // describe renders sem for logs.
 func describe(sem transport.Semantics) string {
-	return fmt.Sprintf("Ordering=%v Ack=%v Redelivery=%v NackDelay=%t Attempts=%t Extend=%t NativeDLQ=%t Replay=%t Headers=%t MaxPayload=%d RedeliveryDelay=%v",
+	return fmt.Sprintf("Ordering=%v Ack=%v Redelivery=%v NackDelay=%t Attempts=%t Extend=%t NativeDLQ=%t FanOut=%t Replay=%t Headers=%t MaxPayload=%d RedeliveryDelay=%v",
 		sem.Ordering, sem.Ack, sem.Redelivery, sem.NackDelay, sem.Attempts, sem.Extend,
-		sem.NativeDLQ, sem.Replay, sem.Headers, sem.MaxPayload, sem.RedeliveryDelay)
+		sem.NativeDLQ, sem.FanOut, sem.Replay, sem.Headers, sem.MaxPayload, sem.RedeliveryDelay)
 }
 
 // open returns a new connection from the harness.
@@ -252,6 +252,7 @@ func (c *coverage) declare(sem transport.Semantics) {
 	add("Attempts", sem.Attempts, true)
 	add("Extend", sem.Extend, true)
 	add("NativeDLQ", sem.NativeDLQ, true)
+	add("FanOut", sem.FanOut, true)
 	add("Replay", sem.Replay, true)
 	add("Headers", sem.Headers, true)
 	add("MaxPayload", sem.MaxPayload > 0, sem.MaxPayload)
