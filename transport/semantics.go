@@ -6,8 +6,9 @@ import (
 )
 
 // Semantics is what a stream declares it guarantees. The Router reads it to
-// pick defaults (per-key ordering where the stream keeps order), the docs
-// table is generated from it, and transporttest checks every field declared.
+// pick defaults (per-key ordering where the stream keeps order), middleware
+// reads it from the handler's context ([SemanticsFromContext]), and
+// transporttest checks every field declared.
 // A capability the broker lacks is declared false or None, never faked.
 type Semantics struct {
 	// Transport is the scheme name ("memory", "kafka", ...).

@@ -84,6 +84,7 @@
 //   - Extend false: deliveries have no lease and never time out.
 //   - NativeDLQ false: dead-lettering publishes to a DLQ topic;
 //     [Broker.ListDLQ] and [Broker.ReplayDLQ] operate on it.
+//   - FanOut true: each group receives every message of the topic.
 //   - Replay true: StartAtOldest replays the retained log to a new group.
 //   - Headers true: Headers are stored and delivered as published.
 //   - MaxPayload: the [MaxPayload] setting (1 MiB by default).

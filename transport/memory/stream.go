@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -18,7 +17,7 @@ import (
 // with the attempt count raised, as a Kafka commit fails after a rebalance.
 // The caller should drop the delivery; its effect, if done, must be
 // idempotent (the dedupe middleware makes it so).
-var ErrRevoked = errors.New("memory: delivery revoked by a rebalance")
+var ErrRevoked = fmt.Errorf("memory: delivery revoked by a rebalance: %w", transport.ErrRevoked)
 
 // Delivery states, guarded by the partition lock.
 const (
