@@ -70,7 +70,11 @@
 // session's messages while it is away (subject to Mosquitto's
 // max_queued_messages, 1000 by default, beyond which it DROPS them), and
 // redelivers what it had not acked. A Group makes a shared subscription,
-// $share/<group>/<topic>: members split the messages. After a lost
+// $share/<group>/<topic>: members split the messages. Mosquitto 2.0 does
+// not persist shared subscriptions: after a broker restart, messages
+// published before the members resubscribe are dropped (a plain
+// subscription's session keeps them). A group with one consumer that must
+// not lose them sets the subscription option share=false. After a lost
 // connection the stream reconnects with backoff (1s doubling up to
 // [MaxReconnectInterval]) and subscribes again.
 //

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -100,6 +101,10 @@ func New(ctx context.Context, broker string, opts ...Option) (*Transport, error)
 	}
 	t.conn = newConnState()
 	o := t.clientOptions(id, true)
+	o.SetConnectionAttemptHandler(func(_ *url.URL, c *tls.Config) *tls.Config {
+		t.conn.attempts.Add(1) // before any publish is resent on the new connection
+		return c
+	})
 	o.SetOnConnectHandler(func(paho.Client) { t.conn.up() })
 	o.SetConnectionLostHandler(func(_ paho.Client, err error) {
 		t.conn.down()
@@ -260,6 +265,7 @@ func (t *Transport) send(ctx context.Context, c paho.Client, cs *connState, topi
 		}
 		return fmt.Errorf("mqtt: publish %s: %w (nothing was sent): %w", topic, ErrNotConnected, err)
 	}
+	attempt := cs.attempts.Load()
 	tok := c.Publish(topic, qos, retain, payload)
 	select {
 	case <-tok.Done():
@@ -268,6 +274,12 @@ func (t *Transport) send(ctx context.Context, c paho.Client, cs *connState, topi
 				return fmt.Errorf("mqtt: publish %s: %w: %w", topic, ErrNotConnected, err)
 			}
 			return fmt.Errorf("mqtt: publish %s: %w: %w", topic, transport.ErrUnknownOutcome, err)
+		}
+		if cs.attempts.Load() != attempt {
+			// The connection was replaced while the publish was in flight.
+			// paho then resends it and completes the original token without
+			// waiting for the new PUBACK, so the token proves nothing.
+			return fmt.Errorf("mqtt: publish %s: %w: the connection was lost and re-established before the PUBACK", topic, transport.ErrUnknownOutcome)
 		}
 		return nil
 	case <-ctx.Done():
@@ -385,6 +397,8 @@ func (t *Transport) removeSession(ctx context.Context, id string) error {
 // connState tracks whether a connection is up, so that publishes can wait
 // for it.
 type connState struct {
+	attempts atomic.Uint64 // connection attempts so far
+
 	mu     sync.Mutex
 	ready  chan struct{} // closed while connected
 	closed chan struct{} // closed by close

@@ -26,6 +26,14 @@ const (
 	// OptionDLQ names the DLQ topic of a subscription: where malformed
 	// envelopes go. The default is the DLQ prefix followed by the client ID.
 	OptionDLQ = "dlq"
+
+	// OptionShare, "true" (the default) or "false", says whether a
+	// Subscription with a Group is a shared subscription. With "false" the
+	// Group only names the session (the client ID), and the subscription is
+	// a plain one: use it for a group with a single consumer that must not
+	// lose messages across a broker restart, because Mosquitto 2.0 does not
+	// persist shared subscriptions (see the package documentation).
+	OptionShare = "share"
 )
 
 // Subscribe opens sub on a connection of its own with a persistent session
@@ -49,7 +57,11 @@ const (
 //     broker sets the in-flight window (Mosquitto max_inflight_messages,
 //     20 by default).
 //   - Options: "dlq", the DLQ topic for malformed envelopes (default: the
-//     DLQ prefix and the client ID). Other keys are an error.
+//     DLQ prefix and the client ID); "share=false" ([OptionShare]) to make
+//     a Group's subscription a plain one. Other keys are an error.
+//
+// The Router sets Group to the subscription's name when it is empty, so a
+// Router subscription is a shared one unless share=false.
 //
 // The session keeps the subscription and queues messages while the stream
 // is closed or the process is down (see the package documentation for
@@ -61,7 +73,7 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 	if t.closed.Load() {
 		return nil, fmt.Errorf("mqtt: subscribe %s: %w", sub.Topic, transport.ErrClosed)
 	}
-	if err := transport.UnknownKeys(Scheme, sub.Options, OptionDLQ); err != nil {
+	if err := transport.UnknownKeys(Scheme, sub.Options, OptionDLQ, OptionShare); err != nil {
 		return nil, err
 	}
 	filter, err := subscriptionFilter(sub)
@@ -154,6 +166,13 @@ func subscriptionFilter(sub transport.Subscription) (string, error) {
 	}
 	if err := validFilter(sub.Topic); err != nil {
 		return "", err
+	}
+	switch sub.Options[OptionShare] {
+	case "", "true":
+	case "false":
+		return sub.Topic, nil
+	default:
+		return "", fmt.Errorf("%w: option %s=%q: want true or false", transport.ErrInvalidOption, OptionShare, sub.Options[OptionShare])
 	}
 	if sub.Group == "" {
 		return sub.Topic, nil
