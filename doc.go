@@ -14,7 +14,9 @@
 //     slow or retrying key holds back only its own later messages.
 //   - The ack decision: Ack when the chain returns nil, Nack (with the
 //     [handler.RetryAfter] delay) when it returns an error. A panic becomes
-//     an error for that message alone.
+//     an error for that message alone. Where the broker cannot redeliver on
+//     request (MQTT), the Router re-runs the message in process after the
+//     delay instead, its key still held, and settles nothing meanwhile.
 //
 // Shutdown ([Router.Close], or cancelling Run's context) stops intake, lets
 // in-flight messages finish until a deadline, acks what finished and acks

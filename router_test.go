@@ -526,3 +526,61 @@ func TestRouterRunContextCancelDrains(t *testing.T) {
 		t.Fatalf("%d redelivered after a clean drain", n)
 	}
 }
+
+// noNackSubscriber decorates a real subscriber to behave like a broker that
+// cannot redeliver on request (MQTT): Nack is unsupported.
+type noNackSubscriber struct{ transport.Subscriber }
+
+type noNackStream struct{ transport.Stream }
+
+type noNackDelivery struct{ transport.Delivery }
+
+func (s noNackSubscriber) Subscribe(ctx context.Context, sub transport.Subscription) (transport.Stream, error) {
+	st, err := s.Subscriber.Subscribe(ctx, sub)
+	return noNackStream{st}, err
+}
+
+func (s noNackStream) Receive(ctx context.Context) (transport.Delivery, error) {
+	d, err := s.Stream.Receive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return noNackDelivery{d}, nil
+}
+
+func (noNackDelivery) Nack(context.Context, time.Duration) error {
+	return fmt.Errorf("no nack here: %w", errors.ErrUnsupported)
+}
+
+func TestRouterRetriesInProcessWhenNackUnsupported(t *testing.T) {
+	b := newBroker(t)
+	r := newRouter(t)
+	var mu sync.Mutex
+	var order []string
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, fmt.Sprintf("%s@%d", m.ID, m.Attempt()))
+		if m.ID == "id-0" && m.Attempt() < 3 {
+			return handler.RetryAfter(errors.New("device busy"), 10*time.Millisecond)
+		}
+		return nil
+	})
+	if err := r.Add("mqttish", noNackSubscriber{b}, sub("t", "g"), h); err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, r)
+	publish(t, b, "t", 2, 1) // id-0 then id-1, same key
+	waitFor(t, "both handled", func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 4 })
+	if err := stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(order) != "[id-0@1 id-0@2 id-0@3 id-1@1]" {
+		t.Fatalf("calls %v: want id-0 retried in process, in order, before id-1", order)
+	}
+	if n := drained(t, b, "t", "g"); n != 0 {
+		t.Fatalf("%d redelivered: both should be acked", n)
+	}
+}

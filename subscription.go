@@ -218,36 +218,62 @@ func (s *subscription) work(w *worker) {
 // process runs the handler chain for d and settles it, unless the shutdown
 // abandoned it meanwhile: an abandoned delivery is left unsettled for the
 // stream's Close to release.
+//
+// Where the broker cannot redeliver on request (Nack returns
+// errors.ErrUnsupported: MQTT), the Router re-runs the message itself after
+// the RetryAfter delay, or a backoff of its own, with the attempt count
+// advanced. The key stays busy meanwhile, so order holds, and nothing is
+// settled until the handler succeeds or the shutdown abandons it.
 func (s *subscription) process(w *worker, d transport.Delivery) {
-	if s.abandoned.Load() {
-		return
-	}
-	w.mu.Lock()
-	w.cur = d
-	w.mu.Unlock()
-
 	m := d.Message()
 	f := m.Facts()
 	f.Subscription = s.name
 	m.SetFacts(f)
-	err := s.call(w.ctx, m)
-
-	w.mu.Lock()
-	w.cur = nil
-	w.mu.Unlock()
-	if s.abandoned.Load() {
-		return
-	}
-	if err == nil {
-		err = d.Ack(w.ctx)
-		if err != nil {
-			s.log.Warn("ferry: ack failed; the message will be redelivered", "id", m.ID, "err", err)
+	backoff := time.Duration(0)
+	for {
+		if s.abandoned.Load() {
+			return
 		}
-	} else {
+		w.mu.Lock()
+		w.cur = d
+		w.mu.Unlock()
+		err := s.call(w.ctx, m)
+		w.mu.Lock()
+		w.cur = nil
+		w.mu.Unlock()
+		if s.abandoned.Load() {
+			return
+		}
+		if err == nil {
+			if aerr := d.Ack(w.ctx); aerr != nil {
+				s.log.Warn("ferry: ack failed; the message will be redelivered", "id", m.ID, "err", aerr)
+			}
+			break
+		}
 		delay, _ := handler.RetryDelay(err)
-		if nerr := d.Nack(w.ctx, delay); nerr != nil {
-			s.log.Warn("ferry: nack failed", "id", m.ID, "err", nerr, "cause", err)
+		nerr := d.Nack(w.ctx, delay)
+		if nerr == nil {
+			break
 		}
+		if !errors.Is(nerr, errors.ErrUnsupported) {
+			s.log.Warn("ferry: nack failed", "id", m.ID, "err", nerr, "cause", err)
+			break
+		}
+		if delay == 0 {
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			delay = backoff
+		}
+		s.log.Debug("ferry: transport cannot nack; retrying in process", "id", m.ID, "delay", delay, "cause", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-w.ctx.Done():
+			t.Stop()
+			return // shutdown deadline: left unsettled, redelivered on reconnect
+		}
+		f := m.Facts()
+		f.Attempt++
+		m.SetFacts(f)
 	}
 	<-s.slots
 }
