@@ -46,6 +46,9 @@
 //   - Attempts are counted in process (Attempts is false). Facts.Attempt
 //     is 1 on first delivery and grows with each Nack; a rebalance, a
 //     restart or a crash starts it again at 1 on the new owner.
+//   - FanOut: a Subscription.Group is a Kafka consumer group, so every
+//     group receives every message of the topic, and the members of one
+//     group share its partitions.
 //   - Replay is supported: [StartAt] with [Earliest] (or
 //     Subscription.StartAtOldest) starts a new group at the oldest
 //     retained message, and [Transport.ResetOffsets] moves a stopped
@@ -65,6 +68,13 @@
 // stops handing out messages, waits up to [RevokeTimeout] for those in
 // flight, commits the finished prefix, and lets go; settlements arriving
 // later return [ErrRevoked] and commit nothing.
+//
+// Close on a stream, or on the [Transport] (which closes its streams),
+// makes a Receive waiting on it, and every later one, return an error
+// wrapping [transport.ErrClosed]. Ack or Nack after the stream closed
+// returns an error wrapping transport.ErrClosed and commits nothing: the
+// message goes to the partition's next owner. Closing twice is safe and
+// returns nil; Publish after Close returns transport.ErrClosed.
 //
 // A record that cannot be decoded (a header name that is not UTF-8, a
 // header repeated with different values) never reaches a handler: it is

@@ -19,7 +19,8 @@ const Scheme = "kafka"
 // revoked (a rebalance moved it to another member, or the revoke timeout
 // passed) before it was settled. Nothing is committed for it: the
 // partition's new owner delivers it again. The Router logs it; there is
-// nothing else to do.
+// nothing else to do. After Stream.Close, Ack and Nack return an error
+// wrapping [transport.ErrClosed] instead.
 var ErrRevoked = errors.New("kafka: partition revoked; the message will be redelivered to its new owner")
 
 // ErrGroupActive is returned by [Transport.ResetOffsets] when the group
@@ -199,12 +200,12 @@ func (c *config) consumerConfig(start Position, instance string) (*sarama.Config
 // Close closes every stream the Transport opened (committing what finished
 // and releasing the rest for redelivery), flushes the producer, and
 // disconnects. ctx bounds the wait. Calls after Close return
-// [transport.ErrClosed].
+// [transport.ErrClosed]; a second Close does nothing and returns nil.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return transport.ErrClosed
+		return nil
 	}
 	t.closed = true
 	streams := make([]*stream, 0, len(t.streams))
@@ -215,7 +216,7 @@ func (t *Transport) Close(ctx context.Context) error {
 
 	var errs []error
 	for _, s := range streams {
-		if err := s.Close(ctx); err != nil && !errors.Is(err, transport.ErrClosed) {
+		if err := s.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -111,6 +111,7 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 			Redelivery:      transport.RedeliverOnNack,
 			NackDelay:       true,
 			Attempts:        false,
+			FanOut:          true,
 			Replay:          true,
 			Headers:         true,
 			MaxPayload:      cfg.maxPayload,
@@ -369,17 +370,18 @@ func (s *stream) Receive(ctx context.Context) (transport.Delivery, error) {
 }
 
 // Semantics declares per-key order (per partition), offset commits,
-// redelivery on Nack with delay, attempts counted in process, replay, and
-// native headers.
+// redelivery on Nack with delay, attempts counted in process, fan-out to
+// groups, replay, and native headers.
 func (s *stream) Semantics() transport.Semantics { return s.sem }
 
 // Close stops handing out messages, commits the finished prefix of every
 // partition, leaves the group (its partitions move to the other members,
 // which redeliver what was not finished) and disconnects. ctx bounds the
-// wait.
+// wait. Ack and Nack after Close return an error wrapping
+// [transport.ErrClosed] and do nothing. A second Close returns nil.
 func (s *stream) Close(ctx context.Context) error {
 	if !s.closed.CompareAndSwap(false, true) {
-		return transport.ErrClosed
+		return nil
 	}
 	close(s.closing)
 	s.t.mu.Lock()
@@ -536,7 +538,7 @@ func (p *partition) finish(r *record) error {
 	p.mu.Lock()
 	if p.revoked.Load() {
 		p.mu.Unlock()
-		return ErrRevoked
+		return p.releasedErr()
 	}
 	r.done = true
 	p.undone--
@@ -601,6 +603,18 @@ func (p *partition) release() {
 	p.sess.Commit()
 }
 
+// errSettleClosed is returned by Ack and Nack after Stream.Close.
+var errSettleClosed = fmt.Errorf("kafka: settle after Close: %w", transport.ErrClosed)
+
+// releasedErr is the error for settling a message of p once p was let go:
+// errSettleClosed if the stream closed, else ErrRevoked.
+func (p *partition) releasedErr() error {
+	if p.s.closed.Load() {
+		return errSettleClosed
+	}
+	return ErrRevoked
+}
+
 // delivery is one attempt at one record.
 type delivery struct {
 	rec     *record
@@ -615,8 +629,11 @@ func (d *delivery) Message() *handler.Message { return &d.rec.msg }
 // Ack marks the message finished. Its offset is committed once every
 // earlier message of its partition is finished too, within
 // [CommitInterval]. It returns [ErrRevoked] if the partition was revoked
-// first.
+// first, and an error wrapping [transport.ErrClosed] after Stream.Close.
 func (d *delivery) Ack(context.Context) error {
+	if d.rec.p.s.closed.Load() {
+		return errSettleClosed
+	}
 	if !d.settled.CompareAndSwap(false, true) {
 		return transport.ErrSettled
 	}
@@ -627,7 +644,11 @@ func (d *delivery) Ack(context.Context) error {
 // increased, without blocking other messages or keys; meanwhile the
 // partition's commit holds at its offset. The redelivery is dropped if the
 // partition is revoked first: its new owner starts again at attempt 1.
+// After Stream.Close it returns an error wrapping [transport.ErrClosed].
 func (d *delivery) Nack(_ context.Context, delay time.Duration) error {
+	if d.rec.p.s.closed.Load() {
+		return errSettleClosed
+	}
 	if !d.settled.CompareAndSwap(false, true) {
 		return transport.ErrSettled
 	}
@@ -636,7 +657,7 @@ func (d *delivery) Nack(_ context.Context, delay time.Duration) error {
 	p.mu.Lock()
 	if p.revoked.Load() {
 		p.mu.Unlock()
-		return ErrRevoked
+		return p.releasedErr()
 	}
 	r.attempt++
 	next := &delivery{rec: r, attempt: r.attempt}

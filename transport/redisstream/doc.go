@@ -67,6 +67,17 @@
 // meanwhile the entry returns after claim_idle. Close makes every unsettled
 // delivery claimable at once.
 //
+// Groups: a Subscription.Group is a Redis consumer group on the topic's
+// streams, so every group receives every entry, and the members of one group
+// share them (Semantics.FanOut).
+//
+// Close: closing a stream, or the [Transport] (which closes its streams),
+// makes a Receive waiting on it, and every later one, return an error
+// wrapping [transport.ErrClosed]. Ack or Nack on a delivery after its stream
+// closed returns an error wrapping transport.ErrClosed and does nothing: the
+// entry was released and goes to the next member. Closing twice is safe and
+// returns nil; Publish after Close returns transport.ErrClosed.
+//
 // Modes. In shared mode (the default for an unsharded topic) every member
 // reads every stream and Redis spreads entries over them: no order
 // (Semantics.Ordering none). In exclusive mode (the default for a sharded
@@ -85,7 +96,7 @@
 // counted in [Transport.Stats].
 //
 // Semantics: Ordering as above, Ack per-message, Redelivery on-nack,
-// NackDelay, Attempts, Extend, Replay and Headers true, NativeDLQ when
+// NackDelay, Attempts, Extend, FanOut, Replay and Headers true, NativeDLQ when
 // max_deliveries is set, MaxPayload max_payload, RedeliveryDelay
 // max(claim_interval, lease tick) + block + 250ms.
 //

@@ -82,7 +82,6 @@ type stream struct {
 	closing   chan struct{}
 	closed    atomic.Bool
 	closeOnce sync.Once
-	closeErr  error
 	bg        sync.WaitGroup
 }
 
@@ -164,6 +163,7 @@ func newStream(t *Transport, sub transport.Subscription, cfg ConsumeOptions) *st
 		Attempts:        true,
 		Extend:          true,
 		NativeDLQ:       cfg.MaxDeliveries > 0,
+		FanOut:          true,
 		Replay:          true,
 		Headers:         true,
 		MaxPayload:      t.opts.MaxPayload,
@@ -814,21 +814,17 @@ func (s *stream) beat() {
 // another member takes it over on its next claim, gives up this member's
 // shard leases, and removes a generated consumer name from the group when
 // nothing is pending on it. Ack or Nack on a released delivery returns
-// [transport.ErrClosed]. ctx bounds the wait; a second Close returns
-// [transport.ErrClosed].
+// [transport.ErrClosed]. ctx bounds the wait; a second Close does nothing
+// and returns nil.
 func (s *stream) Close(ctx context.Context) error {
-	first := false
+	var err error
 	s.closeOnce.Do(func() {
-		first = true
 		s.closed.Store(true)
 		close(s.closing)
-		s.closeErr = s.shutdown(ctx)
+		err = s.shutdown(ctx)
 		s.t.forget(s)
 	})
-	if !first {
-		return transport.ErrClosed
-	}
-	return s.closeErr
+	return err
 }
 
 func (s *stream) shutdown(ctx context.Context) error {

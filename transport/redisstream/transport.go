@@ -306,10 +306,10 @@ func (t *Transport) forget(s *stream) {
 
 // Close closes every stream opened on t (releasing their unsettled
 // deliveries and flushing their acks), then the connection pool. ctx
-// bounds the wait. A second Close returns [transport.ErrClosed].
+// bounds the wait. A second Close does nothing and returns nil.
 func (t *Transport) Close(ctx context.Context) error {
 	if !t.closed.CompareAndSwap(false, true) {
-		return transport.ErrClosed
+		return nil
 	}
 	t.mu.Lock()
 	streams := make([]*stream, 0, len(t.streams))
@@ -319,7 +319,7 @@ func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Unlock()
 	var errs []error
 	for _, s := range streams {
-		if err := s.Close(ctx); err != nil && !errors.Is(err, transport.ErrClosed) {
+		if err := s.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

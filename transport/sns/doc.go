@@ -35,10 +35,19 @@
 // FIFO queues; per-message acks (DeleteMessage); redelivery on Nack, lease
 // expiry and Close; Nack delays; ApproximateReceiveCount as the attempt;
 // lease extension; a native DLQ when the queue has a redrive policy; no
-// replay. Each group (subscriber queue) receives every message the filter
-// policy lets through; the members of one group share its queue. Delivery
-// is at least once, FIFO included: SNS FIFO dedupes a resent ID within five
-// minutes, but a consumer crash after the effect redelivers.
+// replay. FanOut is true (unlike plain SQS): each group (subscriber queue)
+// receives every message the filter policy lets through, and the members of
+// one group share its queue. Delivery is at least once, FIFO included: SNS
+// FIFO dedupes a resent ID within five minutes, but a consumer crash after
+// the effect redelivers.
+//
+// Close follows package sqs: closing a stream, or the [Transport] (which
+// closes its streams), makes a Receive waiting on it, and every later one,
+// return an error wrapping [transport.ErrClosed]; Ack or Nack after the
+// stream closed returns an error wrapping transport.ErrClosed and does
+// nothing (the message was made visible for the next consumer). Closing
+// twice is safe and returns nil; Publish after Close returns
+// transport.ErrClosed.
 //
 // Publish returns when SNS has accepted the message; [Transport.PublishBatch]
 // sends PublishBatch calls of up to ten per topic, one at a time per topic

@@ -300,12 +300,14 @@ type stream struct {
 	topic string
 }
 
-// Semantics returns the SQS queue's semantics with Transport "sns" and the
-// payload limit of an SNS publish.
+// Semantics returns the SQS queue's semantics with Transport "sns", the
+// payload limit of an SNS publish, and FanOut: each group has its own
+// queue subscribed to the topic.
 func (s *stream) Semantics() transport.Semantics {
 	sem := s.Stream.Semantics()
 	sem.Transport = Scheme
 	sem.MaxPayload = MaxMessageSize - attributeReserve
+	sem.FanOut = true
 	return sem
 }
 

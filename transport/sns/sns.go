@@ -252,7 +252,8 @@ func (t *Transport) Client() *awssns.Client { return t.client }
 func (t *Transport) SQS() *sqs.Transport { return t.sqs }
 
 // Close closes the subscriber streams. Publishes in flight finish on their
-// own; Publish after Close returns ErrClosed.
+// own; Publish after Close returns ErrClosed. A second Close does nothing
+// and returns nil.
 func (t *Transport) Close(ctx context.Context) error {
 	if t.closed.Swap(true) {
 		return nil

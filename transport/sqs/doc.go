@@ -82,6 +82,10 @@
 //     [DeadLetterQueue] or found on the queue): after maxReceiveCount
 //     receives, SQS moves the message, body and attributes, to the DLQ.
 //     [Transport.ListDLQ] and [Transport.ReplayDLQ] list and redrive it.
+//   - FanOut: false. The queue is the one group: Subscription.Group is
+//     ignored, and every consumer of the queue competes for its messages.
+//     For each group to receive every message, give each group its own
+//     queue subscribed to an SNS topic (package sns, whose FanOut is true).
 //   - Replay: false. SQS deletes what is acked and keeps no history; keep an
 //     archive (an analytics queue subscribed through SNS, a table written by
 //     the outbox) where replay matters, or use Kafka.
@@ -94,6 +98,14 @@
 //   - RedeliveryDelay: 0. A Nack(0) or a closed stream makes the message
 //     visible at once; a crashed consumer's messages return when their
 //     lease ends (the visibility timeout).
+//
+// Close: closing a stream, or the [Transport] (which closes its streams),
+// makes a Receive waiting on it, and every later one, return an error
+// wrapping [transport.ErrClosed]. Ack or Nack on a delivery after its
+// stream closed returns an error wrapping transport.ErrClosed and does
+// nothing: Close made the message visible, and the next consumer gets it.
+// Closing twice is safe and returns nil; Publish after Close returns
+// transport.ErrClosed.
 //
 // Delivery is at least once, FIFO included: the five-minute dedupe window
 // drops a resend of the same ID by the producer, but a consumer that

@@ -211,7 +211,8 @@ func (c bufferedBodyClient) Do(req *http.Request) (*http.Response, error) {
 func (t *Transport) Client() *awssqs.Client { return t.client }
 
 // Close closes every stream (flushing acks, releasing unsettled deliveries)
-// and flushes pending publishes, waiting at most until ctx ends.
+// and flushes pending publishes, waiting at most until ctx ends. A second
+// Close does nothing and returns nil.
 func (t *Transport) Close(ctx context.Context) error {
 	if t.closed.Swap(true) {
 		return nil

@@ -153,8 +153,10 @@ func TestTooLarge(t *testing.T) {
 	deleteQueue(t, tr, info.URL)
 }
 
-// breakEntry is an HTTP client that corrupts the body of entry "1" of each
-// SendMessageBatch, so that the emulator refuses that entry alone.
+// breakEntry is an HTTP client that corrupts every SendMessageBatch entry
+// whose body is "break me", so that the emulator refuses that entry alone
+// (wherever the batcher put it: the messages of one PublishBatch may go out
+// in more than one call).
 type breakEntry struct{ inner aws.HTTPClient }
 
 func (c breakEntry) Do(r *http.Request) (*http.Response, error) {
@@ -163,7 +165,7 @@ func (c breakEntry) Do(r *http.Request) (*http.Response, error) {
 		var in map[string]any
 		if json.Unmarshal(b, &in) == nil {
 			for _, e := range in["Entries"].([]any) {
-				if e := e.(map[string]any); e["Id"] == "1" {
+				if e := e.(map[string]any); e["MessageBody"] == "break me" {
 					e["MessageBody"] = "bad \u0001 body"
 				}
 			}
@@ -188,6 +190,7 @@ func TestPartialBatchFailure(t *testing.T) {
 	for i := range 3 {
 		msgs = append(msgs, &handler.Message{ID: fmt.Sprint("m", i), Topic: name, Payload: []byte("ok")})
 	}
+	msgs[1].Payload = []byte("break me")
 	err := tr.PublishBatch(context.Background(), msgs)
 	var be *transport.BatchError
 	if !errors.As(err, &be) || len(be.Errs) != 3 {

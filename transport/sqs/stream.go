@@ -135,6 +135,7 @@ func Semantics(info QueueInfo) transport.Semantics {
 		Attempts:        true,
 		Extend:          true,
 		NativeDLQ:       info.RedrivePolicy != nil,
+		FanOut:          false, // the queue is the one group: fan out with SNS
 		Replay:          false,
 		Headers:         true,
 		MaxPayload:      maxPayload(info.MaxSize),
@@ -172,7 +173,6 @@ type stream struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
-	closeErr  error
 }
 
 var _ transport.Stream = (*stream)(nil)
@@ -484,8 +484,9 @@ func (s *stream) visibilityHandler(items []*batchItem[visChange]) {
 // so another consumer gets it at once) and flushes the deletes and
 // visibility changes already queued, waiting at most until ctx ends.
 // Deliveries it released return an error wrapping ErrClosed when settled
-// afterwards, and do nothing.
+// afterwards, and do nothing. A second Close returns nil.
 func (s *stream) Close(ctx context.Context) error {
+	var err error
 	s.closeOnce.Do(func() {
 		close(s.closed)
 		// Let receives in flight finish (their messages are released), for
@@ -523,12 +524,12 @@ func (s *stream) Close(ctx context.Context) error {
 			}
 			break
 		}
-		s.closeErr = errors.Join(s.acks.flush(ctx), s.vis.flush(ctx))
+		err = errors.Join(s.acks.flush(ctx), s.vis.flush(ctx))
 		s.t.mu.Lock()
 		delete(s.t.streams, s)
 		s.t.mu.Unlock()
 	})
-	return s.closeErr
+	return err
 }
 
 // delivery is one received message.
