@@ -1,0 +1,256 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/transport"
+)
+
+// DefaultPublishFailureDelay is the Nack delay [DeadLetter] asks for when
+// the DLQ publish fails; see [PublishFailureDelay].
+const DefaultPublishFailureDelay = time.Second
+
+// maxStackHeader bounds the panic stack written into the error header.
+const maxStackHeader = 4 << 10
+
+// ErrDeadLetter is wrapped by the error [DeadLetter] returns when the DLQ
+// publish was not confirmed. The original message is then not acked: the
+// Router Nacks it (after [PublishFailureDelay]) and it comes back, so nothing
+// is lost. If the outcome was unknown (errors.Is(err,
+// transport.ErrUnknownOutcome)) the DLQ may hold a copy already; DLQ replay
+// keeps the ID, so dedupe absorbs the duplicate. Read the details with
+// errors.As and *[DeadLetterError].
+var ErrDeadLetter = errors.New("middleware: dead-letter publish failed")
+
+// DeadLetterError is the error behind [ErrDeadLetter].
+type DeadLetterError struct {
+	DLQ   string // the DLQ the message was to go to
+	Err   error  // the publish error
+	Cause error  // the handler's error that made the message a dead letter
+}
+
+// Error names the DLQ and both errors.
+func (e *DeadLetterError) Error() string {
+	return fmt.Sprintf("middleware: dead-letter to %q not confirmed: %v (handler error: %v)", e.DLQ, e.Err, e.Cause)
+}
+
+// Unwrap returns the publish error and the handler's error.
+func (e *DeadLetterError) Unwrap() []error { return []error{e.Err, e.Cause} }
+
+// Is reports whether target is [ErrDeadLetter].
+func (e *DeadLetterError) Is(target error) bool { return target == ErrDeadLetter }
+
+type deadLetterConfig struct {
+	optionError
+	dlq           string
+	deferNative   bool
+	failureDelay  time.Duration
+	semantics     transport.Semantics
+	haveSemantics bool
+	onDeadLetter  func(dlq string, m *handler.Message, err error)
+}
+
+// DLQ sets the DLQ's name (the topic, queue or stream dead letters are
+// published to) for every message, overriding the default
+// [DLQName](subscription): "<subscription>.dlq".
+func DLQ(name string) DeadLetterOption {
+	return deadLetterOption(func(c *deadLetterConfig) {
+		if name == "" {
+			c.failf("DLQ(\"\"): want a name")
+			return
+		}
+		c.dlq = name
+	})
+}
+
+// DeferToNative makes [DeadLetter] leave dead-lettering to the broker where
+// the stream's [Semantics] (the option, required with this one) declare a
+// native DLQ: SQS with a redrive policy, RabbitMQ quorum queues with a DLX
+// and x-delivery-limit. DeadLetter then returns the handler unchanged; a
+// message that still fails after [Retry] is Nacked, and the broker moves it
+// to its DLQ when its delivery count reaches the broker's limit. The native
+// DLQ keeps the original message but not Ferry's failure headers (the error,
+// class, attempts and times); RabbitMQ adds its own x-death header. Where
+// the transport declares no native DLQ the option changes nothing: the
+// middleware publishes to its built DLQ.
+//
+// Set the broker's limit above Retry's budget, or the broker dead-letters
+// before Retry gives up.
+func DeferToNative() DeadLetterOption {
+	return deadLetterOption(func(c *deadLetterConfig) { c.deferNative = true })
+}
+
+// PublishFailureDelay sets the Nack delay [DeadLetter] asks the Router for
+// when the DLQ publish fails, overriding the default of 1s
+// ([DefaultPublishFailureDelay]), so that a DLQ outage does not make the
+// message loop hot. Brokers that cannot delay a Nack redeliver at once.
+func PublishFailureDelay(d time.Duration) DeadLetterOption {
+	return deadLetterOption(func(c *deadLetterConfig) {
+		if d < 0 {
+			c.failf("PublishFailureDelay(%s): want 0 or more", d)
+			return
+		}
+		c.failureDelay = d
+	})
+}
+
+// OnDeadLetter registers fn, called after each confirmed DLQ publish with
+// the DLQ's name, the dead letter as published (headers included) and the
+// handler's error (for logs, alerts and the DLQ depth metric). It must not
+// keep or modify the message.
+func OnDeadLetter(fn func(dlq string, m *handler.Message, err error)) DeadLetterOption {
+	return deadLetterOption(func(c *deadLetterConfig) { c.onDeadLetter = fn })
+}
+
+// DeadLetter returns a middleware that publishes a message its handlers
+// failed to the subscription's DLQ with p, and then reports success, so that
+// the Router acks the original: the failure is recorded, the message is kept,
+// and the subscription moves on. The DLQ is "<subscription>.dlq" (see
+// [DLQName]) unless [DLQ] names another; it is the built DLQ of transports
+// without a native one (a Kafka topic, a Redis stream, an MQTT topic), and
+// every DLQ can be listed and replayed through [transport.DeadLetters].
+//
+// The dead letter keeps the original's ID, Key, Payload and Headers byte for
+// byte, and adds the [transport.DeadLetterHeaders]: the error text (with the
+// stack of a panic, up to 4 KiB), the error's [handler.Class], the attempts
+// made, the subscription, the original topic, partition, offset and broker
+// ID, and the first and last failure time (RFC 3339, UTC, nanoseconds).
+// Attempts and times come from [Retry]'s [ExhaustedError] when Retry is
+// inside; without Retry the message is dead-lettered after one attempt.
+//
+// The original is acked only once p confirmed the publish. If the publish
+// fails, DeadLetter returns an error wrapping [ErrDeadLetter] (with a
+// [PublishFailureDelay] RetryAfter) and the Router Nacks: the message comes
+// back and is handled again. Nothing is lost; at worst the DLQ holds a
+// duplicate with the same ID.
+//
+// DeadLetter lets three kinds of error through untouched: a hand-back for
+// delayed redelivery ([ErrRedeliver], from [Redeliver]), a misordered chain
+// ([ErrMisordered]), and any error once the call's ctx has ended (the
+// Router's drain deadline: the message will be redelivered, not
+// dead-lettered).
+//
+// Place it outside [Retry], so that it sees only the final error; inside
+// Retry it reports [ErrMisordered]. On ordered subscriptions the park
+// middleware takes its place when a key must not overtake its poison
+// message. It returns an error wrapping [ErrInvalidOption] if p is nil or an
+// option is invalid.
+func DeadLetter(p transport.Publisher, opts ...DeadLetterOption) (handler.Middleware, error) {
+	c := deadLetterConfig{failureDelay: DefaultPublishFailureDelay}
+	for _, o := range opts {
+		if o != nil {
+			o.applyDeadLetter(&c)
+		}
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	if c.deferNative && !c.haveSemantics {
+		return nil, fmt.Errorf("%w: DeferToNative needs the stream's Semantics: add middleware.Semantics(...)", ErrInvalidOption)
+	}
+	native := c.deferNative && c.semantics.NativeDLQ
+	if p == nil && !native {
+		return nil, fmt.Errorf("%w: DeadLetter needs a publisher for the DLQ", ErrInvalidOption)
+	}
+	return func(next handler.Handler) handler.Handler {
+		if native {
+			return next
+		}
+		return &deadLetterHandler{next: next, pub: p, cfg: c}
+	}, nil
+}
+
+type deadLetterHandler struct {
+	next handler.Handler
+	pub  transport.Publisher
+	cfg  deadLetterConfig
+	mis  misorder
+}
+
+func (h *deadLetterHandler) Handle(ctx context.Context, m *handler.Message) error {
+	if s, ok := ctx.Value(scopeKey{}).(*scope); ok && layer(s.bits.Load())&layerRetry != 0 {
+		return h.mis.report(&MisorderedError{Middleware: "dead-letter", Found: "retry",
+			Fix: "it would dead-letter after the first failure and the retries would never run; " +
+				"put DeadLetter outside Retry (middleware.Recommended does)"}, m)
+	} else if ok && layer(s.bits.Load())&layerPark != 0 {
+		return h.mis.report(&MisorderedError{Middleware: "dead-letter", Found: "park",
+			Fix: "it would dead-letter a failing message and let its key's later messages overtake it; " +
+				"put DeadLetter outside Park (middleware.Recommended with middleware.Parking does)"}, m)
+	}
+	err := h.next.Handle(ctx, m)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil || errors.Is(err, ErrRedeliver) || errors.Is(err, ErrMisordered) {
+		return err
+	}
+	dlq := h.cfg.dlq
+	if dlq == "" {
+		dlq = defaultDLQ(m)
+	}
+	dl := DeadLetterMessage(m, dlq, err, time.Now())
+	if perr := h.pub.Publish(ctx, dl); perr != nil {
+		return handler.RetryAfter(&DeadLetterError{DLQ: dlq, Err: perr, Cause: err}, h.cfg.failureDelay)
+	}
+	if h.cfg.onDeadLetter != nil {
+		h.cfg.onDeadLetter(dlq, dl, err)
+	}
+	return nil
+}
+
+func defaultDLQ(m *handler.Message) string {
+	if s := m.Facts().Subscription; s != "" {
+		return DLQName(s)
+	}
+	return DLQName(m.Topic)
+}
+
+// DeadLetterMessage returns the dead letter [DeadLetter] publishes for m,
+// which failed with err, addressed to dlq: a copy of m sharing nothing with
+// it, with the [transport.DeadLetterHeaders] added (replacing any m
+// carried). Attempts and failure times are read from a [Retry]
+// [ExhaustedError] in err's chain, or else are m's Facts().Attempt (at least
+// 1) and now. It is exported for code that dead-letters by hand (a CLI, a
+// batch job) so that its dead letters look the same.
+func DeadLetterMessage(m *handler.Message, dlq string, err error, now time.Time) *handler.Message {
+	f := m.Facts()
+	text, class := err.Error(), handler.Class(err)
+	attempts, first, last := max(f.Attempt, 1), now, now
+	var ex *ExhaustedError
+	if errors.As(err, &ex) {
+		text, attempts, first, last = ex.Err.Error(), ex.Attempts, ex.FirstFailure, ex.LastFailure
+	}
+	var pe *handler.PanicError
+	if errors.As(err, &pe) && len(pe.Stack) > 0 {
+		stack := pe.Stack
+		if len(stack) > maxStackHeader {
+			stack = stack[:maxStackHeader]
+		}
+		text += "\n\n" + string(stack)
+	}
+
+	dl := m.Clone()
+	dl.Topic = dlq
+	dl.SetFacts(handler.Facts{})
+	h := make(map[string]string, len(m.Headers)+len(transport.DeadLetterHeaders))
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	h[transport.HeaderError] = text
+	h[transport.HeaderErrorClass] = class
+	h[transport.HeaderAttempts] = strconv.Itoa(attempts)
+	h[transport.HeaderSubscription] = f.Subscription
+	h[transport.HeaderOriginalTopic] = m.Topic
+	h[transport.HeaderOriginalPart] = strconv.FormatInt(int64(f.Partition), 10)
+	h[transport.HeaderOriginalOffset] = strconv.FormatInt(f.Offset, 10)
+	h[transport.HeaderOriginalBroker] = f.BrokerID
+	h[transport.HeaderFirstFailure] = first.UTC().Format(time.RFC3339Nano)
+	h[transport.HeaderLastFailure] = last.UTC().Format(time.RFC3339Nano)
+	dl.Headers = h
+	return dl
+}

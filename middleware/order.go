@@ -1,0 +1,109 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferrymq/ferry/handler"
+)
+
+// ErrMisordered is wrapped by the error a middleware of this package returns
+// when it finds itself in the wrong place in a chain: [DeadLetter] inside
+// [Retry] (it would dead-letter after the first failure and the retries would
+// never run), [Timeout] or [Recover] outside Retry (one deadline would span
+// every attempt; a panic would escape the retry loop), Retry inside
+// another Retry (attempts would multiply), [Park] inside Retry, Dedupe,
+// Timeout, Recover or another Park, or DeadLetter inside Park (it would
+// let a failing key's later messages overtake it).
+//
+// It is detected when the first message runs through the chain. The message
+// is not handled and not dead-lettered: the error reaches the Router, which
+// Nacks the message with a delay of [MisorderedDelay], so nothing is lost
+// while the chain is fixed. The error is also logged once per middleware at
+// error level. Build the chain with [Recommended] to avoid it.
+var ErrMisordered = errors.New("middleware: misordered chain")
+
+// MisorderedDelay is the redelivery delay asked for a message refused by a
+// misordered chain, so that it does not loop hot.
+const MisorderedDelay = 5 * time.Second
+
+// MisorderedError is the error behind [ErrMisordered]: which middleware found
+// which other one on the wrong side of it.
+type MisorderedError struct {
+	Middleware string // the middleware that detected the problem ("dead-letter", "retry")
+	Found      string // the middleware found outside it ("retry", "timeout", "recover")
+	Fix        string // what to do
+}
+
+// Error says what is misordered and how to fix it.
+func (e *MisorderedError) Error() string {
+	return "middleware: misordered chain: " + e.Middleware + " runs inside " + e.Found + ": " + e.Fix
+}
+
+// Is reports whether target is [ErrMisordered].
+func (e *MisorderedError) Is(target error) bool { return target == ErrMisordered }
+
+// layer marks which of this package's middlewares a handler call is running
+// inside, so an inner one can see what is outside it.
+type layer uint32
+
+const (
+	layerRetry layer = 1 << iota
+	layerTimeout
+	layerRecover
+)
+
+type scopeKey struct{}
+
+// scope is the context the outermost middleware of this package puts
+// around a message's call, once: the layers entered so far, set on entry
+// and restored on return by each middleware. One allocation per message
+// covers the whole stack. The bits are atomic so that a handler fanning out
+// to concurrent inner calls cannot race on them.
+type scope struct {
+	context.Context
+	bits atomic.Uint32
+}
+
+// Value answers for the scope and delegates everything else, so that the
+// context package still finds the parent's cancellation.
+func (s *scope) Value(k any) any {
+	if _, ok := k.(scopeKey); ok {
+		return s
+	}
+	return s.Context.Value(k)
+}
+
+// enter records that l is entered on ctx's scope (making the scope, and the
+// context carrying it, if ctx has none). It returns that context, the
+// layers that were outside, and the scope, whose leave the caller defers.
+func enter(ctx context.Context, l layer) (context.Context, layer, *scope) {
+	s, ok := ctx.Value(scopeKey{}).(*scope)
+	if !ok {
+		s = &scope{Context: ctx}
+		ctx = s
+	}
+	outer := layer(s.bits.Load())
+	s.bits.Store(uint32(outer | l))
+	return ctx, outer, s
+}
+
+// leave restores the layers to those outside.
+func (s *scope) leave(outer layer) { s.bits.Store(uint32(outer)) }
+
+// misorder reports a misordered chain: once to the log, and to the Router
+// as an error asking for a delayed Nack.
+type misorder struct {
+	once sync.Once
+}
+
+func (o *misorder) report(e *MisorderedError, m *handler.Message) error {
+	o.once.Do(func() {
+		slog.Default().Error(e.Error(), "id", m.ID, "subscription", m.Facts().Subscription)
+	})
+	return handler.RetryAfter(e, MisorderedDelay)
+}

@@ -1,0 +1,39 @@
+package middleware
+
+import (
+	"context"
+	"runtime/debug"
+
+	"github.com/ferrymq/ferry/handler"
+)
+
+// Recover returns a middleware that turns a panic in the handlers inside it
+// into an error, a *[handler.PanicError] carrying the panic value and the
+// stack of the panicking goroutine, so that the panic counts as one failed
+// attempt: [Retry] outside it retries the message and [DeadLetter] records
+// the stack in the DLQ. The process lives.
+//
+// Place it inside [Retry] (as [Recommended] does): outside Retry a panic
+// would skip the retries, and Retry reports that with [ErrMisordered].
+// Recover reads nothing from the Message, and adds to ctx only the marker
+// that lets Retry see it.
+//
+// runtime.Goexit is not a panic and is not recovered.
+func Recover() handler.Middleware {
+	return func(next handler.Handler) handler.Handler {
+		return &recoverHandler{next: next}
+	}
+}
+
+type recoverHandler struct{ next handler.Handler }
+
+func (h *recoverHandler) Handle(ctx context.Context, m *handler.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &handler.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	ctx, outer, sc := enter(ctx, layerRecover)
+	defer sc.leave(outer)
+	return h.next.Handle(ctx, m)
+}
