@@ -1,0 +1,209 @@
+package idempotencytest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/idempotency"
+	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/memory"
+)
+
+// Harness opens the stores under test. Open may be called several times
+// with one namespace in one test: the stores it returns share their
+// records, as consumers in different processes would.
+type Harness interface {
+	// Open returns a store over the records of namespace ns (the harness
+	// makes it unique to the test run: a fresh key prefix, namespace or
+	// table), with the given lease and TTL, and registers its cleanup.
+	Open(t testing.TB, ns string, lease, ttl time.Duration) idempotency.Store
+
+	// Effects returns where the handlers of namespace ns apply their
+	// effect. Transactional stores write it in the inbox transaction.
+	Effects(t testing.TB, ns string) Effects
+}
+
+// Effects is the effect a test handler applies once per message, and the
+// count of what was applied.
+type Effects interface {
+	// Apply applies m's effect. It is called by the handler, with the
+	// handler's ctx (so a transactional store's transaction is reachable).
+	Apply(ctx context.Context, m *handler.Message) error
+
+	// Counts returns how many times each message ID's effect was applied
+	// (and committed, for a database).
+	Counts(t testing.TB) map[string]int
+}
+
+// DirectEffects is an optional interface of Effects whose Apply needs the
+// dedupe middleware (it writes through an inbox transaction): ApplyDirect
+// applies the same effect without it, for the baseline of [RunBenchmarks].
+type DirectEffects interface {
+	ApplyDirect(ctx context.Context, m *handler.Message) error
+}
+
+// MemoryEffects is an Effects in process memory, for lease-mode stores.
+type MemoryEffects struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// Apply records one effect of m.
+func (e *MemoryEffects) Apply(ctx context.Context, m *handler.Message) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == nil {
+		e.n = map[string]int{}
+	}
+	e.n[m.ID]++
+	return nil
+}
+
+// Counts returns a copy of the effects per ID.
+func (e *MemoryEffects) Counts(t testing.TB) map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]int, len(e.n))
+	for k, v := range e.n {
+		out[k] = v
+	}
+	return out
+}
+
+// Order is the message every scenario publishes: an OrderPlaced event with
+// the given event ID, keyed by its order.
+func Order(topic, id, orderID string) *handler.Message {
+	return &handler.Message{ID: id, Key: orderID, Topic: topic,
+		Payload: []byte(`{"order_id":"` + orderID + `","sku":"sku-1","qty":1,"total":42.5}`),
+		Headers: map[string]string{"type": "OrderPlaced"}}
+}
+
+// NewBroker returns a memory broker closed with the test.
+func NewBroker(tb testing.TB) *memory.Broker {
+	tb.Helper()
+	b := memory.New(memory.Partitions(4))
+	tb.Cleanup(func() { _ = b.Close(context.Background()) })
+	return b
+}
+
+// Publish publishes msgs, failing tb on an error.
+func Publish(tb testing.TB, p transport.Publisher, msgs ...*handler.Message) {
+	tb.Helper()
+	for _, m := range msgs {
+		if err := p.Publish(context.Background(), m); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// Run runs h on topic as subscription (and group) name through a real
+// Router until the test ends or the returned stop is called.
+func Run(tb testing.TB, b transport.Subscriber, name, topic string, h handler.Handler, opts ...ferry.SubscriptionOption) (stop func()) {
+	tb.Helper()
+	r, err := ferry.NewRouter(ferry.WithLogger(slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sub := transport.Subscription{Topic: topic, Group: name, StartAtOldest: true}
+	if err := r.Add(name, b, sub, h, opts...); err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	select {
+	case <-r.Ready():
+	case err := <-done:
+		tb.Fatalf("Run returned early: %v", err)
+	case <-time.After(10 * time.Second):
+		tb.Fatal("router not ready")
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = r.Close(ctx)
+			<-done
+		})
+	}
+	tb.Cleanup(stop)
+	return stop
+}
+
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// Lag returns how many messages of topic the group has not acked.
+func Lag(tb testing.TB, b *memory.Broker, topic, group string) int64 {
+	tb.Helper()
+	ls, err := b.Lag(context.Background(), transport.Subscription{Topic: topic, Group: group})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var n int64
+	for _, l := range ls {
+		n += l.Messages
+	}
+	return n
+}
+
+// WaitFor polls cond every millisecond until it holds, failing tb after
+// timeout.
+func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// CheckOnce fails t unless counts holds exactly one effect for each of
+// ids and nothing else.
+func CheckOnce(t testing.TB, counts map[string]int, ids []string) {
+	t.Helper()
+	total := 0
+	var doubled, missing, extra []string
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+		switch n := counts[id]; {
+		case n == 0:
+			missing = append(missing, id)
+		case n > 1:
+			doubled = append(doubled, fmt.Sprintf("%s×%d", id, n))
+		}
+	}
+	for id, n := range counts {
+		total += n
+		if !want[id] {
+			extra = append(extra, id)
+		}
+	}
+	sort.Strings(doubled)
+	if len(doubled)+len(missing)+len(extra) > 0 || total != len(ids) {
+		t.Errorf("effects: %d applied for %d IDs, want exactly one each; doubled %d %v, missing %d %v, unexpected %d %v",
+			total, len(ids), len(doubled), head(doubled), len(missing), head(missing), len(extra), head(extra))
+	}
+}
+
+func head(s []string) []string {
+	if len(s) > 10 {
+		return s[:10]
+	}
+	return s
+}
