@@ -1,0 +1,114 @@
+package outbox
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultTable is the outbox table used without [Table].
+const DefaultTable = "ferry_outbox"
+
+// SchemaSQL is the schema (version 1) for [DefaultTable], as the file
+// schema.sql in this package: the statements [Migrate] runs, for migration
+// tools that apply SQL files.
+//
+//go:embed schema.sql
+var SchemaSQL string
+
+var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*$`)
+
+func checkTable(table string) error {
+	if !tableName.MatchString(table) || len(table) > 120 {
+		return fmt.Errorf("%w: table %q: want [schema.]name in lower case", ErrInvalidOption, table)
+	}
+	return nil
+}
+
+// Schema returns the statements that create the outbox table called table
+// ("name" or "schema.name", lower-case letters, digits and '_'), version 1,
+// with its three partial indexes: pending rows in order, pending rows per
+// key, and published rows by time (for the retention cleanup). Every
+// statement is idempotent (IF NOT EXISTS). For DefaultTable it is SchemaSQL
+// without its leading comment lines.
+func Schema(table string) (string, error) {
+	if err := checkTable(table); err != nil {
+		return "", err
+	}
+	base := table[strings.LastIndexByte(table, '.')+1:]
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(SchemaSQL, "\n") {
+		if strings.HasPrefix(line, "--") {
+			continue
+		}
+		line = strings.ReplaceAll(line, "ferry_outbox_", base+"_")
+		line = strings.ReplaceAll(line, "ON ferry_outbox ", "ON "+table+" ")
+		line = strings.ReplaceAll(line, "EXISTS ferry_outbox ", "EXISTS "+table+" ")
+		line = strings.ReplaceAll(line, "TABLE ferry_outbox IS", "TABLE "+table+" IS")
+		b.WriteString(line)
+	}
+	return b.String(), nil
+}
+
+// Migrator is what [Migrate] needs: a *pgxpool.Pool, a *pgx.Conn or a
+// pgx.Tx.
+type Migrator interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Migrate creates the outbox table called table and its indexes if they do
+// not exist, in one transaction. Nothing in this package runs DDL on its
+// own: call Migrate from your deployment's migration step, or apply
+// [SchemaSQL] / [Schema] with your migration tool. It needs the right to
+// CREATE in the table's schema.
+//
+// Later versions of the schema will add statements here, each guarded by
+// IF NOT EXISTS, so that Migrate brings any earlier version up to date and
+// is safe to run at every deployment.
+func Migrate(ctx context.Context, db Migrator, table string) error {
+	ddl, err := Schema(table)
+	if err != nil {
+		return err
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: migrate %s: %w", table, err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	// Serialise concurrent migrations of the same table: CREATE ... IF NOT
+	// EXISTS races on the catalog otherwise.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, tableLockID(table)); err != nil {
+		return fmt.Errorf("outbox: migrate %s: %w", table, err)
+	}
+	for _, stmt := range strings.Split(ddl, ";") {
+		if strings.TrimSpace(stmt) == "" {
+			continue
+		}
+		if _, err := tx.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("outbox: migrate %s: %w", table, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("outbox: migrate %s: %w", table, err)
+	}
+	return nil
+}
+
+// Drop removes the outbox table called table, if it exists. It is for
+// tests and tear-down scripts.
+func Drop(ctx context.Context, db interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}, table string) error {
+	if err := checkTable(table); err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, `DROP TABLE IF EXISTS `+table); err != nil {
+		return fmt.Errorf("outbox: drop %s: %w", table, err)
+	}
+	return nil
+}
