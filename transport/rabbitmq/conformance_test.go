@@ -13,36 +13,35 @@ import (
 
 // This file is the conformance run of the RabbitMQ transport against the
 // shared broker (127.0.0.1:5672, or FERRY_AMQP_URL), in three topologies:
-// the default (quorum queue, members share it, no order), ordered (single
-// active consumer: per-topic order) and sharded (four key-hashed queues:
-// per-key order).
+// the default (quorum queue, members share it, no order), sharded (four
+// key-hashed queues shared out between members: per-key order) and, on
+// request, ordered (single active consumer: per-topic order).
 
 func TestConformance(t *testing.T) {
 	requireRabbit(t)
 	transporttest.Run(t, harness{url: brokerURL()})
 }
 
-// sacSuiteEnv enables the suite runs of the single-active-consumer
-// topologies. They pass every case but Groups/Compete, which expects the
-// members of a group to share the work: with single active consumer the
-// second member is a standby by design (see TestSingleActiveConsumer).
+// sacSuiteEnv enables the suite run of the ordered (single active
+// consumer) topology. It passes every case but Groups/Compete, which
+// expects the members of a group to share the work: with single active
+// consumer the second member is a standby by design (see
+// TestSingleActiveConsumer).
 const sacSuiteEnv = "FERRY_RABBITMQ_SAC_SUITE"
 
-func sacSuite(t *testing.T) {
-	t.Helper()
+func TestConformanceOrdered(t *testing.T) {
 	if os.Getenv(sacSuiteEnv) != "1" {
 		t.Skipf("set %s=1: this topology fails Groups/Compete by design (a standby member gets nothing)", sacSuiteEnv)
 	}
 	requireRabbit(t)
-}
-
-func TestConformanceOrdered(t *testing.T) {
-	sacSuite(t)
 	transporttest.Run(t, harness{url: brokerURL(), options: map[string]string{rabbitmq.OptOrdered: "true"}})
 }
 
 func TestConformanceSharded(t *testing.T) {
-	sacSuite(t)
+	if testing.Short() {
+		t.Skip("-short: the default topology's run covers the transport")
+	}
+	requireRabbit(t)
 	transporttest.Run(t, harness{url: brokerURL(), shards: 4,
 		options: map[string]string{rabbitmq.OptShards: "4"}})
 }
@@ -112,4 +111,3 @@ func (h harness) MakeDeadLetter(tb testing.TB, sub transport.Subscription) (tran
 	}
 	return sub, dlq, 3
 }
-

@@ -53,7 +53,7 @@ type connector struct {
 	max    time.Duration
 
 	mu      sync.Mutex
-	cur     *session  // nil while reconnecting
+	cur     *session      // nil while reconnecting
 	ready   chan struct{} // closed when cur is set; replaced when lost
 	closed  bool
 	done    chan struct{} // closed by close

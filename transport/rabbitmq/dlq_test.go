@@ -113,11 +113,11 @@ func TestDeliveryLimit(t *testing.T) {
 	mu.Unlock()
 	m := dead[0]
 	want := map[string]string{
-		"x-origin":                     "test",
-		transport.HeaderAttempts:       "3",
-		transport.HeaderSubscription:   "inventory",
-		transport.HeaderOriginalTopic:  topic,
-		transport.HeaderError:          "rabbitmq: delivery limit 2 reached in queue " + topic + ".g",
+		"x-origin":                    "test",
+		transport.HeaderAttempts:      "3",
+		transport.HeaderSubscription:  "inventory",
+		transport.HeaderOriginalTopic: topic,
+		transport.HeaderError:         "rabbitmq: delivery limit 2 reached in queue " + topic + ".g",
 	}
 	if m.ID != "poison" || m.Key != "o-1" || string(m.Payload) != `{"bad":` || m.Topic != topic {
 		t.Errorf("dead letter ID %q Key %q Payload %q Topic %q", m.ID, m.Key, m.Payload, m.Topic)

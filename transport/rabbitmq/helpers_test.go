@@ -92,7 +92,7 @@ func deleteLater(tb testing.TB, url string, queues, exchanges []string) {
 // named "<topic>.<group>"), and the given retry delays' queues.
 func cleanupSub(tb testing.TB, url, topic, group string, shards int, retry ...time.Duration) {
 	q := topic + "." + group
-	queues := []string{q, q + ".dlq"}
+	queues := []string{q, q + ".dlq", q + ".members"}
 	for i := range shards {
 		queues = append(queues, q+".s"+itoa(i))
 	}

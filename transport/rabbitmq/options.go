@@ -513,3 +513,9 @@ func (t *Transport) parseSubscription(sub transport.Subscription) (subOptions, e
 	}
 	return o, nil
 }
+
+// balanced reports whether a sharded stream balances its shards between the
+// members (no fixed "shard" option).
+func (o *subOptions) balanced() bool {
+	return o.shards > 1 && len(o.shardSet) == 0 && !o.passive
+}

@@ -164,12 +164,18 @@ func semantics(o *subOptions) transport.Semantics {
 		NackDelay:  true,
 		Attempts:   quorum,
 		NativeDLQ:  quorum,
+		FanOut:     true,
 		Headers:    true,
 		MaxPayload: DefaultMaxPayload,
 	}
 	switch {
 	case o.shards > 1:
 		s.Ordering = transport.OrderPerKey
+		if o.balanced() {
+			// A shard freed by a member that left is taken within a
+			// balancing tick or two.
+			s.RedeliveryDelay = 2 * balanceTick
+		}
 	case o.ordered:
 		s.Ordering = transport.OrderPerTopic
 	}

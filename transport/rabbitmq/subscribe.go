@@ -2,6 +2,8 @@ package rabbitmq
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -43,24 +45,38 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 		done:  make(chan struct{}),
 		ended: make(chan struct{}),
 	}
-	ch, sess, err := t.conn.channel(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: subscribe %s: %w", o.queue, err)
-	}
-	if err := s.setup(ch); err != nil {
-		_ = ch.Close()
-		return nil, fmt.Errorf("rabbitmq: subscribe %s: %w", o.queue, err)
-	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		_ = ch.Close()
 		return nil, transport.ErrClosed
 	}
 	t.streams[s] = struct{}{}
 	t.mu.Unlock()
-	go s.run(ch, sess)
+	if o.balanced() {
+		if err := t.subscribeBalanced(ctx, s); err != nil {
+			t.forget(s)
+			return nil, fmt.Errorf("rabbitmq: subscribe %s: %w", o.queue, err)
+		}
+		return s, nil
+	}
+	ch, _, err := t.conn.channel(ctx)
+	if err != nil {
+		t.forget(s)
+		return nil, fmt.Errorf("rabbitmq: subscribe %s: %w", o.queue, err)
+	}
+	if err := s.setup(ch); err != nil {
+		_ = ch.Close()
+		t.forget(s)
+		return nil, fmt.Errorf("rabbitmq: subscribe %s: %w", o.queue, err)
+	}
+	go s.run(ch)
 	return s, nil
+}
+
+func (t *Transport) forget(s *stream) {
+	t.mu.Lock()
+	delete(t.streams, s)
+	t.mu.Unlock()
 }
 
 // stream is an open subscription: one channel consuming the subscription's
@@ -105,14 +121,7 @@ func (s *stream) setup(ch *amqp.Channel) error {
 	}
 	dels := make([]<-chan amqp.Delivery, len(queues))
 	for i, q := range queues {
-		tag := ""
-		if s.sub.Consumer != "" {
-			tag = s.sub.Consumer
-			if len(queues) > 1 {
-				tag += "." + strconv.Itoa(i)
-			}
-		}
-		d, err := ch.Consume(q, tag, false, false, false, false, nil)
+		d, err := ch.Consume(q, consumerTag(s.sub.Consumer, i, len(queues) > 1), false, false, false, false, nil)
 		if err != nil {
 			return fmt.Errorf("rabbitmq: consume %q: %w", q, err)
 		}
@@ -126,7 +135,7 @@ func (s *stream) setup(ch *amqp.Channel) error {
 		if s.o.shards > 1 {
 			part = int32(s.shardIndex(i))
 		}
-		go s.forward(ch, queues[i], part, d)
+		go s.forward(ch, queues[i], part, d, nil)
 	}
 	return nil
 }
@@ -138,10 +147,23 @@ func (s *stream) shardIndex(i int) int {
 	return i
 }
 
-// forward wraps each delivery and hands it to Receive.
-func (s *stream) forward(ch *amqp.Channel, queue string, part int32, in <-chan amqp.Delivery) {
+// forward wraps each delivery and hands it to Receive. For a balanced
+// shard (sc not nil) it counts the deliveries handed over, and once the
+// shard is being given up it hands nothing more over: those deliveries
+// return to the queue when the shard's channel closes.
+func (s *stream) forward(ch *amqp.Channel, queue string, part int32, in <-chan amqp.Delivery, sc *shardConsumer) {
+	var stop chan struct{}
+	if sc != nil {
+		stop = sc.stop
+	}
 	for raw := range in {
-		d := &delivery{s: s, ch: ch, queue: queue, raw: raw}
+		if sc != nil {
+			sc.delivered.Add(1)
+		}
+		if sc != nil && !sc.take() {
+			continue // returned to the queue when the shard's channel closes
+		}
+		d := &delivery{s: s, ch: ch, queue: queue, raw: raw, sc: sc}
 		fromDelivery(&d.msg, &d.raw, s.sub.Topic)
 		if top := headerString(raw.Headers[hdrTopic]); top != "" && s.sub.Topic == "" {
 			d.msg.Topic = top
@@ -157,6 +179,8 @@ func (s *stream) forward(ch *amqp.Channel, queue string, part int32, in <-chan a
 		})
 		select {
 		case s.out <- d:
+		case <-stop:
+			sc.outstanding.Add(-1)
 		case <-s.done:
 			return
 		}
@@ -165,13 +189,13 @@ func (s *stream) forward(ch *amqp.Channel, queue string, part int32, in <-chan a
 
 // run keeps the stream consuming: when its channel closes it opens a new
 // one (waiting for the reconnect), re-declares and resumes.
-func (s *stream) run(ch *amqp.Channel, sess *session) {
+func (s *stream) run(ch *amqp.Channel) {
 	defer close(s.ended)
 	for {
 		closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 		select {
 		case <-s.done:
-			_ = ch.Close()
+			quiesce(ch)
 			return
 		case err := <-closes:
 			if err != nil {
@@ -194,7 +218,7 @@ func (s *stream) run(ch *amqp.Channel, sess *session) {
 				}
 			}()
 			var err error
-			ch, sess, err = s.t.conn.channel(ctx)
+			ch, _, err = s.t.conn.channel(ctx)
 			if err == nil {
 				err = s.setup(ch)
 				if err != nil {
@@ -216,7 +240,6 @@ func (s *stream) run(ch *amqp.Channel, sess *session) {
 			}
 			delay = min(2*delay, s.t.cfg.reconnectMax)
 		}
-		_ = sess
 	}
 }
 
@@ -279,6 +302,37 @@ func (s *stream) Close(ctx context.Context) error {
 	return nil
 }
 
+// consumerTag names consumer i of a stream: the Subscription's Consumer
+// (with ".i" when the stream has several), or a unique generated tag.
+func consumerTag(consumer string, i int, several bool) string {
+	if consumer == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		consumer = "ferry-" + hex.EncodeToString(b[:])
+		several = true
+	}
+	if several {
+		return consumer + "." + strconv.Itoa(i)
+	}
+	return consumer
+}
+
+// ackGrace is how long a consumer channel stays open after its last
+// settle before it is closed. A quorum queue can lose acks sent just before
+// their channel closes and redeliver those messages (rabbitmq-server issue
+// 10327); the pause lets them be applied. A basic.cancel would fence them
+// too, but it would let a single-active-consumer standby start on newer
+// messages while this channel still holds older unacked ones, breaking
+// order, whereas a channel close hands them back and the queue over in one
+// step.
+const ackGrace = 250 * time.Millisecond
+
+// quiesce closes a consumer channel after ackGrace.
+func quiesce(ch *amqp.Channel) {
+	time.Sleep(ackGrace)
+	_ = ch.Close()
+}
+
 // delivery is one AMQP delivery to the Router.
 type delivery struct {
 	s       *stream
@@ -287,6 +341,18 @@ type delivery struct {
 	raw     amqp.Delivery
 	msg     handler.Message
 	settled atomic.Bool
+	sc      *shardConsumer // balanced shard, or nil
+}
+
+// settle marks d settled, reporting false if it already was.
+func (d *delivery) settle() bool { return !d.settled.Swap(true) }
+
+// done is called once the broker call settling d has been written, so
+// that a shard being given up closes its channel only after it.
+func (d *delivery) done() {
+	if d.sc != nil {
+		d.sc.outstanding.Add(-1)
+	}
 }
 
 func (d *delivery) Message() *handler.Message { return &d.msg }
@@ -295,9 +361,10 @@ func (d *delivery) Message() *handler.Message { return &d.msg }
 // without waiting for a reply). On a channel that has closed it returns
 // [ErrStale]: the broker redelivers the message.
 func (d *delivery) Ack(ctx context.Context) error {
-	if d.settled.Swap(true) {
+	if !d.settle() {
 		return transport.ErrSettled
 	}
+	defer d.done()
 	if err := d.ch.Ack(d.raw.DeliveryTag, false); err != nil {
 		return d.fail("ack", err)
 	}
@@ -337,9 +404,10 @@ func (d *delivery) fail(op string, err error) error {
 // the original is acked. This is the same threshold at which the broker
 // dead-letters by itself a message whose consumers keep dying.
 func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
-	if d.settled.Swap(true) {
+	if !d.settle() {
 		return transport.ErrSettled
 	}
+	defer d.done()
 	attempt := attemptOf(&d.raw)
 	if d.s.o.queueType == QueueQuorum && attempt > d.s.o.deliveryLimit {
 		if err := d.deadLetter(ctx, attempt); err != nil {

@@ -10,8 +10,8 @@ import (
 )
 
 // Names of the resources declared for a subscription whose queue is q.
-func dlxName(q string) string   { return q + ".dlx" }
-func dlqName(q string) string   { return q + ".dlq" }
+func dlxName(q string) string { return q + ".dlx" }
+func dlqName(q string) string { return q + ".dlq" }
 func shardQueue(q string, i int) string {
 	return q + ".s" + strconv.Itoa(i)
 }
