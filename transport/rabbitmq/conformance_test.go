@@ -2,7 +2,6 @@ package rabbitmq_test
 
 import (
 	"maps"
-	"os"
 	"testing"
 	"time"
 
@@ -22,17 +21,10 @@ func TestConformance(t *testing.T) {
 	transporttest.Run(t, harness{url: brokerURL()})
 }
 
-// sacSuiteEnv enables the suite run of the ordered (single active
-// consumer) topology. It passes every case but Groups/Compete, which
-// expects the members of a group to share the work: with single active
-// consumer the second member is a standby by design (see
-// TestSingleActiveConsumer).
-const sacSuiteEnv = "FERRY_RABBITMQ_SAC_SUITE"
-
+// TestConformanceOrdered runs the suite on the single-active-consumer
+// topology, which declares per-topic order: the suite accepts the second
+// member of a group as a standby there.
 func TestConformanceOrdered(t *testing.T) {
-	if os.Getenv(sacSuiteEnv) != "1" {
-		t.Skipf("set %s=1: this topology fails Groups/Compete by design (a standby member gets nothing)", sacSuiteEnv)
-	}
 	requireRabbit(t)
 	transporttest.Run(t, harness{url: brokerURL(), options: map[string]string{rabbitmq.OptOrdered: "true"}})
 }

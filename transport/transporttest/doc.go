@@ -73,7 +73,8 @@
 //     the work (both receive some), every message arrives, none goes to
 //     both. Messages go out in waves until both members have had some.
 //     Duplicates are allowed only where Ack is offset (a rebalance resumes
-//     at the last committed offset).
+//     at the last committed offset). Where Ordering is per-topic one member
+//     may be a standby (single active consumer) and get nothing.
 //   - Groups/FanOut: two groups each receive every message, exactly once
 //     (when Semantics.FanOut; a plain SQS queue is one group).
 //   - Replay: a new group with StartAtOldest receives what was published
