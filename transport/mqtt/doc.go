@@ -53,9 +53,12 @@
 //     only when the session reconnects (a stream closed and opened again
 //     with the same client ID, a restarted process, a dropped connection).
 //     Nack is unsupported: it returns an error wrapping
-//     errors.ErrUnsupported and leaves the delivery unsettled. Retry in
-//     process (middleware), then dead-letter and Ack. An unsettled delivery
-//     holds back the PUBACKs after it until a reconnect.
+//     errors.ErrUnsupported and leaves the delivery unsettled. The Router
+//     then re-runs the message in process after the delay, with its key
+//     held; retry middleware and dead-lettering bound that. An unsettled
+//     delivery holds back the PUBACKs after it until a reconnect.
+//   - FanOut true: every group (a shared subscription $share/<group>/…, or
+//     a plain persistent session) receives every message of the topic.
 //   - NackDelay, Attempts, Extend, NativeDLQ and Replay are false: MQTT has
 //     no delayed redelivery, no delivery count (Facts.Attempt is 1, or 2
 //     for a message the broker flags as a duplicate), no leases, no DLQ

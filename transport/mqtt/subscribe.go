@@ -111,6 +111,7 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 		Attempts:        false,
 		Extend:          false,
 		NativeDLQ:       false,
+		FanOut:          true, // each shared-subscription group (or plain session) gets every message
 		Replay:          false,
 		Headers:         t.cfg.format == Envelope,
 		MaxPayload:      t.cfg.maxPayload,
