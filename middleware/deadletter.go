@@ -136,10 +136,11 @@ func OnDeadLetter(fn func(dlq string, m *handler.Message, err error)) DeadLetter
 // dead-lettered).
 //
 // Place it outside [Retry], so that it sees only the final error; inside
-// Retry it reports [ErrMisordered]. On ordered subscriptions the park
-// middleware takes its place when a key must not overtake its poison
-// message. It returns an error wrapping [ErrInvalidOption] if p is nil or an
-// option is invalid.
+// Retry it reports [ErrMisordered]. On ordered subscriptions [Park] takes
+// the failures of keyed messages, so that a key cannot overtake its poison
+// message: put DeadLetter outside Park (it then dead-letters keyless
+// messages only); inside Park it reports [ErrMisordered]. It returns an
+// error wrapping [ErrInvalidOption] if p is nil or an option is invalid.
 func DeadLetter(p transport.Publisher, opts ...DeadLetterOption) (handler.Middleware, error) {
 	c := deadLetterConfig{failureDelay: DefaultPublishFailureDelay}
 	for _, o := range opts {

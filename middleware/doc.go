@@ -64,7 +64,11 @@
 // broker ID) for the failure record and publishes a copy of the message; it
 // never changes m. Timeout and Recover read nothing. Each puts a private
 // marker in the context it passes on, which is how misordering is detected;
-// handlers cannot see it. None hides anything from the handler.
+// handlers cannot see it. None hides anything from the handler. Park reads
+// m.Key, m.Facts().Subscription (the lot's subscription) and the
+// [parking.Replay] a release puts in the context; it never changes m, and
+// it hides nothing: a message whose key is parked never reaches the
+// handlers inside it.
 //
 // # Which broker dead-letters how
 //

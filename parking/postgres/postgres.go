@@ -1,0 +1,551 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/parking"
+)
+
+// ErrInvalidOption is wrapped by the error [New] and [Schema] return for
+// an invalid option or table prefix.
+var ErrInvalidOption = errors.New("parking/postgres: invalid option")
+
+// DB is what the Lot needs of a database handle: a *pgxpool.Pool (the
+// Lot is safe for concurrent use only over a pool).
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// An Option configures [New].
+type Option func(*config)
+
+type config struct {
+	prefix string
+}
+
+// Tables sets the prefix of the lot's tables, overriding "ferry_parking"
+// ([DefaultTables]): the tables are <prefix>_keys, <prefix>_messages,
+// <prefix>_versions and <prefix>_audit. They must have been created with
+// [Migrate] (or [Schema]). prefix is "name" or "schema.name", in lower
+// case.
+func Tables(prefix string) Option {
+	return func(c *config) { c.prefix = prefix }
+}
+
+// Lot is a [parking.Lot] on PostgreSQL. Make one with [New].
+type Lot struct {
+	db DB
+	q  queries
+}
+
+var _ parking.Lot = (*Lot)(nil)
+
+type queries struct {
+	insertKey, lockKey, dupID, add, bump, snapshot, stats, keys, key, messages, subs,
+	lock, lockState, holds, remove, renew, left, unpark, unlock, unlockFailed, dropIDs, dropMsgs, audit, audits string
+}
+
+// New returns a Lot over db. It does no I/O and runs no DDL: create the
+// tables first with [Migrate].
+func New(db DB, opts ...Option) (*Lot, error) {
+	cfg := config{prefix: DefaultTables}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if db == nil {
+		return nil, fmt.Errorf("%w: New needs a database", ErrInvalidOption)
+	}
+	if !prefixName.MatchString(cfg.prefix) {
+		return nil, fmt.Errorf("%w: table prefix %q: want [schema.]name in lower case", ErrInvalidOption, cfg.prefix)
+	}
+	p := cfg.prefix
+	K, M, V, A := p+"_keys", p+"_messages", p+"_versions", p+"_audit"
+	const keyCols = `key, first_id, error, class, attempts, failed_at, parked_at, coalesce(last_error, ''), coalesce(last_class, ''),
+		coalesce(last_attempts, 0), last_failed_at, failed_releases, count,
+		CASE WHEN lock_token IS NOT NULL AND lock_until > clock_timestamp() THEN lock_until END`
+	return &Lot{db: db, q: queries{
+		insertKey: `INSERT INTO ` + K + ` (subscription, key, first_id, error, class, attempts, failed_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (subscription, key) DO NOTHING`,
+		lockKey: `SELECT 1 FROM ` + K + ` WHERE subscription = $1 AND key = $2 FOR UPDATE`,
+		dupID:   `SELECT EXISTS (SELECT 1 FROM ` + M + ` WHERE subscription = $1 AND key = $2 AND id = $3)`,
+		add: `WITH k AS (UPDATE ` + K + ` SET seq = seq + 1, count = count + 1 WHERE subscription = $1 AND key = $2 RETURNING seq)
+			INSERT INTO ` + M + ` (subscription, key, seq, id, topic, payload, headers, facts)
+			SELECT $1, $2, k.seq, $3, $4, $5, $6, $7 FROM k`,
+		bump: `INSERT INTO ` + V + ` AS v (subscription, version) VALUES ($1, 1)
+			ON CONFLICT (subscription) DO UPDATE SET version = v.version + 1`,
+		snapshot: `WITH v AS (SELECT coalesce((SELECT version FROM ` + V + ` WHERE subscription = $1), 0) AS version)
+			SELECT v.version, CASE WHEN v.version = $2 THEN NULL
+				ELSE array(SELECT key FROM ` + K + ` WHERE subscription = $1) END FROM v`,
+		stats:    `SELECT count(*), min(parked_at) FROM ` + K + ` WHERE subscription = $1`,
+		keys:     `SELECT ` + keyCols + ` FROM ` + K + ` WHERE subscription = $1 ORDER BY parked_at, key`,
+		key:      `SELECT ` + keyCols + ` FROM ` + K + ` WHERE subscription = $1 AND key = $2`,
+		messages: `SELECT seq, id, topic, payload, headers, facts, parked_at FROM ` + M + ` WHERE subscription = $1 AND key = $2 AND seq > $3 ORDER BY seq LIMIT $4`,
+		subs:     `SELECT subscription FROM ` + V + ` ORDER BY subscription`,
+		lock: `UPDATE ` + K + ` SET lock_token = $3, lock_until = clock_timestamp() + $4 * interval '1 millisecond', lease_ms = $4
+			WHERE subscription = $1 AND key = $2 AND (lock_token IS NULL OR lock_until <= clock_timestamp())`,
+		lockState: `SELECT EXISTS (SELECT 1 FROM ` + K + ` WHERE subscription = $1 AND key = $2)`,
+		holds:     `SELECT 1 FROM ` + K + ` WHERE subscription = $1 AND key = $2 AND lock_token = $3 FOR UPDATE`,
+		remove:    `DELETE FROM ` + M + ` WHERE subscription = $1 AND key = $2 AND seq = $3`,
+		renew: `UPDATE ` + K + ` SET count = count - $3, lock_until = clock_timestamp() + lease_ms * interval '1 millisecond'
+			WHERE subscription = $1 AND key = $2`,
+		left:   `SELECT EXISTS (SELECT 1 FROM ` + M + ` WHERE subscription = $1 AND key = $2)`,
+		unpark: `DELETE FROM ` + K + ` WHERE subscription = $1 AND key = $2`,
+		unlock: `UPDATE ` + K + ` SET lock_token = NULL, lock_until = NULL, lease_ms = NULL
+			WHERE subscription = $1 AND key = $2 AND lock_token = $3`,
+		unlockFailed: `UPDATE ` + K + ` SET lock_token = NULL, lock_until = NULL, lease_ms = NULL,
+			last_error = $4, last_class = $5, last_attempts = $6, last_failed_at = $7, failed_releases = failed_releases + 1
+			WHERE subscription = $1 AND key = $2 AND lock_token = $3`,
+		dropIDs:  `SELECT coalesce(array_agg(id ORDER BY seq), '{}') FROM ` + M + ` WHERE subscription = $1 AND key = $2`,
+		dropMsgs: `DELETE FROM ` + M + ` WHERE subscription = $1 AND key = $2`,
+		audit: `INSERT INTO ` + A + ` (subscription, key, first_id, error, class, attempts, failed_at, parked_at, failed_releases, count, ids, dropped_by, reason)
+			SELECT subscription, key, first_id, error, class, attempts, failed_at, parked_at, failed_releases, $3, $4, $5, $6
+			FROM ` + K + ` WHERE subscription = $1 AND key = $2 RETURNING dropped_at`,
+		audits: `SELECT key, first_id, error, class, attempts, failed_at, parked_at, failed_releases, count, ids, dropped_by, reason, dropped_at
+			FROM ` + A + ` WHERE subscription = $1 ORDER BY id`,
+	}}, nil
+}
+
+func wrap(op, sub, key string, err error) error {
+	return fmt.Errorf("parking/postgres: %s %s/%s: %w", op, sub, key, err)
+}
+
+// nullTime is t, or NULL for the zero time.
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// tx runs fn in a transaction, committing if it returns nil.
+func (l *Lot) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := l.db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// add appends m to its key's lot in tx, which holds the key's row lock.
+func (l *Lot) add(ctx context.Context, tx pgx.Tx, sub string, m *handler.Message) (parking.Status, error) {
+	if m.ID != "" {
+		var dup bool
+		if err := tx.QueryRow(ctx, l.q.dupID, sub, m.Key, m.ID).Scan(&dup); err != nil {
+			return 0, err
+		}
+		if dup {
+			return parking.Duplicate, nil
+		}
+	}
+	headers, err := json.Marshal(m.Headers)
+	if err != nil {
+		return 0, err
+	}
+	facts, err := json.Marshal(parking.FactsOf(m.Facts()))
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, l.q.add, sub, m.Key, m.ID, m.Topic, m.Payload, headers, facts); err != nil {
+		return 0, err
+	}
+	return parking.Appended, nil
+}
+
+// Park parks m's key on sub; see [parking.Lot.Park].
+func (l *Lot) Park(ctx context.Context, sub string, m *handler.Message, f parking.Failure) (parking.Status, error) {
+	if m.Key == "" {
+		return 0, fmt.Errorf("parking/postgres: park %s: message %s has no key", sub, m.ID)
+	}
+	for range 5 {
+		var st parking.Status
+		err := l.tx(ctx, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, l.q.insertKey, sub, m.Key, m.ID, f.Error, f.Class, f.Attempts, nullTime(f.At))
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 1 {
+				if _, err := tx.Exec(ctx, l.q.bump, sub); err != nil {
+					return err
+				}
+				if _, err := l.add(ctx, tx, sub, m); err != nil {
+					return err
+				}
+				st = parking.Parked
+				return nil
+			}
+			// Parked already: lock its row, unless it was unparked meanwhile.
+			rows, err := tx.Query(ctx, l.q.lockKey, sub, m.Key)
+			if err != nil {
+				return err
+			}
+			found := rows.Next()
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if !found {
+				return nil // st stays NotParked: try again
+			}
+			st, err = l.add(ctx, tx, sub, m)
+			return err
+		})
+		if err != nil {
+			return 0, wrap("park", sub, m.Key, err)
+		}
+		if st != parking.NotParked {
+			return st, nil
+		}
+	}
+	return 0, wrap("park", sub, m.Key, errors.New("the key kept being unparked under the park"))
+}
+
+// Append appends m if its key is parked on sub; see [parking.Lot.Append].
+// It locks the key's row, so it waits for (and then sees) a concurrent
+// Unpark.
+func (l *Lot) Append(ctx context.Context, sub string, m *handler.Message) (parking.Status, error) {
+	var st parking.Status
+	err := l.tx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, l.q.lockKey, sub, m.Key)
+		if err != nil {
+			return err
+		}
+		found := rows.Next()
+		rows.Close()
+		if err := rows.Err(); err != nil || !found {
+			return err
+		}
+		st, err = l.add(ctx, tx, sub, m)
+		return err
+	})
+	if err != nil {
+		return 0, wrap("append", sub, m.Key, err)
+	}
+	return st, nil
+}
+
+// Snapshot returns sub's version and parked keys in one statement (one
+// snapshot); see [parking.Lot.Snapshot].
+func (l *Lot) Snapshot(ctx context.Context, sub string, known int64) (int64, []string, bool, error) {
+	var v int64
+	var keys []string
+	if err := l.db.QueryRow(ctx, l.q.snapshot, sub, known).Scan(&v, &keys); err != nil {
+		return 0, nil, false, wrap("snapshot", sub, "", err)
+	}
+	if v == known {
+		return v, nil, false, nil
+	}
+	if keys == nil {
+		keys = []string{}
+	}
+	return v, keys, true, nil
+}
+
+// Stats returns sub's parked key count and oldest park time.
+func (l *Lot) Stats(ctx context.Context, sub string) (parking.Stats, error) {
+	var st parking.Stats
+	var oldest *time.Time
+	if err := l.db.QueryRow(ctx, l.q.stats, sub).Scan(&st.Keys, &oldest); err != nil {
+		return st, wrap("stats", sub, "", err)
+	}
+	if oldest != nil {
+		st.Oldest = *oldest
+	}
+	return st, nil
+}
+
+func scanKey(sub string, row pgx.Row) (parking.KeyInfo, error) {
+	k := parking.KeyInfo{Subscription: sub}
+	var failedAt, lastAt, until *time.Time
+	err := row.Scan(&k.Key, &k.FirstID, &k.Failure.Error, &k.Failure.Class, &k.Failure.Attempts, &failedAt, &k.ParkedAt,
+		&k.LastFailure.Error, &k.LastFailure.Class, &k.LastFailure.Attempts, &lastAt, &k.FailedReleases, &k.Count, &until)
+	if failedAt != nil {
+		k.Failure.At = *failedAt
+	}
+	if lastAt != nil {
+		k.LastFailure.At = *lastAt
+	}
+	if until != nil {
+		k.Releasing, k.LockedUntil = true, *until
+	}
+	return k, err
+}
+
+// Keys lists sub's parked keys, oldest first.
+func (l *Lot) Keys(ctx context.Context, sub string) ([]parking.KeyInfo, error) {
+	rows, err := l.db.Query(ctx, l.q.keys, sub)
+	if err != nil {
+		return nil, wrap("keys", sub, "", err)
+	}
+	defer rows.Close()
+	var out []parking.KeyInfo
+	for rows.Next() {
+		k, err := scanKey(sub, rows)
+		if err != nil {
+			return nil, wrap("keys", sub, "", err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("keys", sub, "", err)
+	}
+	return out, nil
+}
+
+// Key returns one key's parked state.
+func (l *Lot) Key(ctx context.Context, sub, key string) (parking.KeyInfo, error) {
+	k, err := scanKey(sub, l.db.QueryRow(ctx, l.q.key, sub, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return parking.KeyInfo{}, parking.ErrNotParked
+	}
+	if err != nil {
+		return parking.KeyInfo{}, wrap("key", sub, key, err)
+	}
+	return k, nil
+}
+
+// Messages returns parked messages of key after seq after.
+func (l *Lot) Messages(ctx context.Context, sub, key string, after int64, limit int) ([]parking.Entry, error) {
+	var lim any
+	if limit > 0 {
+		lim = limit
+	}
+	rows, err := l.db.Query(ctx, l.q.messages, sub, key, after, lim)
+	if err != nil {
+		return nil, wrap("messages", sub, key, err)
+	}
+	defer rows.Close()
+	var out []parking.Entry
+	for rows.Next() {
+		var e parking.Entry
+		m := &handler.Message{Key: key}
+		var headers, facts []byte
+		if err := rows.Scan(&e.Seq, &m.ID, &m.Topic, &m.Payload, &headers, &facts, &e.ParkedAt); err != nil {
+			return nil, wrap("messages", sub, key, err)
+		}
+		if len(headers) > 0 && string(headers) != "null" {
+			if err := json.Unmarshal(headers, &m.Headers); err != nil {
+				return nil, wrap("messages", sub, key, err)
+			}
+		}
+		var wf parking.WireFacts
+		if err := json.Unmarshal(facts, &wf); err != nil {
+			return nil, wrap("messages", sub, key, err)
+		}
+		m.SetFacts(wf.Facts())
+		e.Message = m
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("messages", sub, key, err)
+	}
+	return out, nil
+}
+
+// Subscriptions returns the subscriptions that ever had a parked key.
+func (l *Lot) Subscriptions(ctx context.Context) ([]string, error) {
+	rows, err := l.db.Query(ctx, l.q.subs)
+	if err != nil {
+		return nil, fmt.Errorf("parking/postgres: subscriptions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("parking/postgres: subscriptions: %w", err)
+	}
+	return out, nil
+}
+
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Lock takes key's release lock; see [parking.Lot.Lock].
+func (l *Lot) Lock(ctx context.Context, sub, key string, lease time.Duration) (string, error) {
+	tok := newToken()
+	tag, err := l.db.Exec(ctx, l.q.lock, sub, key, tok, max(lease.Milliseconds(), 1))
+	if err != nil {
+		return "", wrap("lock", sub, key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return tok, nil
+	}
+	var exists bool
+	if err := l.db.QueryRow(ctx, l.q.lockState, sub, key).Scan(&exists); err != nil {
+		return "", wrap("lock", sub, key, err)
+	}
+	if !exists {
+		return "", parking.ErrNotParked
+	}
+	return "", parking.ErrReleasing
+}
+
+// holds locks key's row in tx if token holds its release lock.
+func (l *Lot) holds(ctx context.Context, tx pgx.Tx, sub, key, token string) error {
+	rows, err := tx.Query(ctx, l.q.holds, sub, key, token)
+	if err != nil {
+		return err
+	}
+	found := rows.Next()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if !found {
+		return parking.ErrLockLost
+	}
+	return nil
+}
+
+// Remove deletes a replayed message; see [parking.Lot.Remove].
+func (l *Lot) Remove(ctx context.Context, sub, key, token string, seq int64) error {
+	err := l.tx(ctx, func(tx pgx.Tx) error {
+		if err := l.holds(ctx, tx, sub, key, token); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, l.q.remove, sub, key, seq)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, l.q.renew, sub, key, tag.RowsAffected())
+		return err
+	})
+	if errors.Is(err, parking.ErrLockLost) {
+		return err
+	}
+	if err != nil {
+		return wrap("remove", sub, key, err)
+	}
+	return nil
+}
+
+// Unpark unparks key if nothing is left; see [parking.Lot.Unpark]. It
+// locks the key's row, so a concurrent Append is either committed before
+// (and seen here) or waits and then finds the key unparked.
+func (l *Lot) Unpark(ctx context.Context, sub, key, token string) (bool, error) {
+	done := false
+	err := l.tx(ctx, func(tx pgx.Tx) error {
+		if err := l.holds(ctx, tx, sub, key, token); err != nil {
+			return err
+		}
+		var left bool
+		if err := tx.QueryRow(ctx, l.q.left, sub, key).Scan(&left); err != nil || left {
+			return err
+		}
+		if _, err := tx.Exec(ctx, l.q.unpark, sub, key); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, l.q.bump, sub); err != nil {
+			return err
+		}
+		done = true
+		return nil
+	})
+	if errors.Is(err, parking.ErrLockLost) {
+		return false, err
+	}
+	if err != nil {
+		return false, wrap("unpark", sub, key, err)
+	}
+	return done, nil
+}
+
+// Unlock gives up key's release lock; see [parking.Lot.Unlock].
+func (l *Lot) Unlock(ctx context.Context, sub, key, token string, failed *parking.Failure) error {
+	var tag pgconn.CommandTag
+	var err error
+	if failed != nil {
+		tag, err = l.db.Exec(ctx, l.q.unlockFailed, sub, key, token, failed.Error, failed.Class, failed.Attempts, nullTime(failed.At))
+	} else {
+		tag, err = l.db.Exec(ctx, l.q.unlock, sub, key, token)
+	}
+	if err != nil {
+		return wrap("unlock", sub, key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return parking.ErrLockLost
+	}
+	return nil
+}
+
+// Drop discards key with an audit record; see [parking.Lot.Drop].
+func (l *Lot) Drop(ctx context.Context, sub, key string, a parking.Audit) (parking.Dropped, error) {
+	var d parking.Dropped
+	err := l.tx(ctx, func(tx pgx.Tx) error {
+		info, err := scanKey(sub, tx.QueryRow(ctx, l.q.key+` FOR UPDATE`, sub, key))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return parking.ErrNotParked
+		}
+		if err != nil {
+			return err
+		}
+		if info.Releasing {
+			return parking.ErrReleasing
+		}
+		d.KeyInfo, d.Audit = info, a
+		if err := tx.QueryRow(ctx, l.q.dropIDs, sub, key).Scan(&d.IDs); err != nil {
+			return err
+		}
+		d.Count = len(d.IDs)
+		if err := tx.QueryRow(ctx, l.q.audit, sub, key, d.Count, d.IDs, a.By, a.Reason).Scan(&d.DroppedAt); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, l.q.dropMsgs, sub, key); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, l.q.unpark, sub, key); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, l.q.bump, sub)
+		return err
+	})
+	if err != nil {
+		return parking.Dropped{}, wrap("drop", sub, key, err)
+	}
+	return d, nil
+}
+
+// Audits returns sub's drop records, oldest first.
+func (l *Lot) Audits(ctx context.Context, sub string) ([]parking.Dropped, error) {
+	rows, err := l.db.Query(ctx, l.q.audits, sub)
+	if err != nil {
+		return nil, wrap("audits", sub, "", err)
+	}
+	defer rows.Close()
+	var out []parking.Dropped
+	for rows.Next() {
+		d := parking.Dropped{KeyInfo: parking.KeyInfo{Subscription: sub}}
+		var failedAt *time.Time
+		if err := rows.Scan(&d.Key, &d.FirstID, &d.Failure.Error, &d.Failure.Class, &d.Failure.Attempts, &failedAt,
+			&d.ParkedAt, &d.FailedReleases, &d.Count, &d.IDs, &d.Audit.By, &d.Audit.Reason, &d.DroppedAt); err != nil {
+			return nil, wrap("audits", sub, "", err)
+		}
+		if failedAt != nil {
+			d.Failure.At = *failedAt
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("audits", sub, "", err)
+	}
+	return out, nil
+}
