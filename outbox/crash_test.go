@@ -20,6 +20,7 @@ import (
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/idempotency/postgres"
+	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/outbox"
 	"github.com/ferrymq/ferry/transport"
@@ -31,10 +32,7 @@ import (
 const crashChildEnv = "FERRY_OUTBOX_CRASH_CHILD"
 
 func redisURL() string {
-	if u := os.Getenv("FERRY_REDIS_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
+	return testenv.RedisURL()
 }
 
 // slowPublisher publishes one message at a time, 2ms apart, and prints

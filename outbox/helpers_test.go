@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/outbox"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -21,26 +21,11 @@ import (
 // postgresURL is the database the tests use: $FERRY_POSTGRES_URL, or the
 // local one (trust authentication, database test).
 func postgresURL() string {
-	if u := os.Getenv("FERRY_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	return testenv.PostgresURL()
 }
 
 func newPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
-	tb.Helper()
-	transporttest.RequireBroker(tb, "postgresql", postgresURL())
-	cfg, err := pgxpool.ParseConfig(postgresURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg.MaxConns = maxConns
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(p.Close)
-	return p
+	return testenv.Postgres(tb, maxConns)
 }
 
 // freshTable migrates an outbox table unique to the test and drops it when

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,14 +13,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
 func postgresURL() string {
-	if u := os.Getenv("FERRY_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	return testenv.PostgresURL()
 }
 
 // TestDemoDefault is `go run ./examples/order-service`: memory transport,

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,32 +13,18 @@ import (
 	"github.com/ferrymq/ferry/idempotency"
 	"github.com/ferrymq/ferry/idempotency/idempotencytest"
 	"github.com/ferrymq/ferry/idempotency/postgres"
+	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
 // postgresURL is the database the tests use: $FERRY_POSTGRES_URL, or the
 // local one (trust authentication, database test).
 func postgresURL() string {
-	if u := os.Getenv("FERRY_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	return testenv.PostgresURL()
 }
 
 func pool(tb testing.TB) *pgxpool.Pool {
-	tb.Helper()
-	transporttest.RequireBroker(tb, "postgresql", postgresURL())
-	cfg, err := pgxpool.ParseConfig(postgresURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg.MaxConns = 40
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(p.Close)
-	return p
+	return testenv.Postgres(tb, 40)
 }
 
 // freshTables creates a records table and an effects table unique to the

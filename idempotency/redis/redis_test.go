@@ -3,7 +3,6 @@ package redis_test
 import (
 	"context"
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -13,27 +12,17 @@ import (
 	"github.com/ferrymq/ferry/idempotency"
 	"github.com/ferrymq/ferry/idempotency/idempotencytest"
 	"github.com/ferrymq/ferry/idempotency/redis"
+	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
 // redisURL is the server the tests use: $FERRY_REDIS_URL, or the local one.
 func redisURL() string {
-	if u := os.Getenv("FERRY_REDIS_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
+	return testenv.RedisURL()
 }
 
 func client(tb testing.TB) *goredis.Client {
-	tb.Helper()
-	transporttest.RequireBroker(tb, "redis", redisURL())
-	opt, err := goredis.ParseURL(redisURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c := goredis.NewClient(opt)
-	tb.Cleanup(func() { _ = c.Close() })
-	return c
+	return testenv.Redis(tb)
 }
 
 type harness struct {

@@ -3,13 +3,13 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/parking"
 	"github.com/ferrymq/ferry/parking/parkingtest"
 	"github.com/ferrymq/ferry/parking/postgres"
@@ -19,26 +19,11 @@ import (
 // postgresURL is the database the tests use: $FERRY_POSTGRES_URL, or the
 // local one (trust authentication, database test).
 func postgresURL() string {
-	if u := os.Getenv("FERRY_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	return testenv.PostgresURL()
 }
 
 func pool(tb testing.TB) *pgxpool.Pool {
-	tb.Helper()
-	transporttest.RequireBroker(tb, "postgresql", postgresURL())
-	cfg, err := pgxpool.ParseConfig(postgresURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg.MaxConns = 20
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(p.Close)
-	return p
+	return testenv.Postgres(tb, 20)
 }
 
 // harness gives each (test, namespace) fresh tables, dropped when the test

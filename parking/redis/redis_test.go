@@ -2,12 +2,12 @@ package redis_test
 
 import (
 	"context"
-	"os"
 	"sync"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/parking"
 	"github.com/ferrymq/ferry/parking/parkingtest"
 	"github.com/ferrymq/ferry/parking/redis"
@@ -16,22 +16,11 @@ import (
 
 // redisURL is the server the tests use: $FERRY_REDIS_URL, or the local one.
 func redisURL() string {
-	if u := os.Getenv("FERRY_REDIS_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
+	return testenv.RedisURL()
 }
 
 func client(tb testing.TB) *goredis.Client {
-	tb.Helper()
-	transporttest.RequireBroker(tb, "redis", redisURL())
-	opt, err := goredis.ParseURL(redisURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c := goredis.NewClient(opt)
-	tb.Cleanup(func() { _ = c.Close() })
-	return c
+	return testenv.Redis(tb)
 }
 
 // harness gives each (test, namespace) a fresh key prefix; every Open
