@@ -155,6 +155,12 @@ func TestPersistentSessionKill(t *testing.T) {
 		}
 		return len(recv) == 20 && len(acked) == 10
 	}, "20 messages received and 10 acked")
+	// Ack queues the PUBACK on paho's outbound channel; MQTT gives a client
+	// no confirmation that it left the socket. Give the writer a moment, so
+	// that "acked" means acked at the broker when the kill comes; without
+	// it a PUBACK still in the buffer is lost with the process and that
+	// message comes back (a duplicate, which at-least-once allows).
+	time.Sleep(500 * time.Millisecond)
 	if err := first.cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
 	}
