@@ -19,14 +19,15 @@ import (
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
-// The core guarantees on every transport with a built DLQ: the same
-// scenarios on the memory broker and on the shared Redis (Redis Streams).
+// The core guarantees on real transports: the same scenarios on the memory
+// broker, on the shared Redis (Redis Streams) and on the shared RabbitMQ,
+// each with middleware.Recommended's default DeadLetter.
 func TestBrokers(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		b := newBroker(t)
 		brokerCases(t, b, func(t *testing.T) (string, string) {
 			return transporttest.UniqueName(t, "orders"), transporttest.UniqueName(t, "inventory")
-		})
+		}, builtDLQ)
 	})
 	t.Run("redisstream", func(t *testing.T) {
 		const addr = "127.0.0.1:6379"
@@ -42,9 +43,22 @@ func TestBrokers(t *testing.T) {
 			topic, name := transporttest.UniqueName(t, "orders"), transporttest.UniqueName(t, "inventory")
 			t.Cleanup(func() { deleteRedisKeys(t, addr, topic, name) })
 			return topic, name
-		})
+		}, builtDLQ)
+	})
+	t.Run("rabbitmq", func(t *testing.T) {
+		tr := openRabbit(t)
+		brokerCases(t, tr, func(t *testing.T) (string, string) {
+			topic, name := transporttest.UniqueName(t, "orders"), transporttest.UniqueName(t, "inventory")
+			cleanupRabbit(t, topic, name)
+			return topic, name
+		}, rabbitDLQ)
 	})
 }
+
+// builtDLQ is where DeadLetter's dead letters of subscription name are
+// listed on a transport with a built DLQ: the topic or stream
+// "<subscription>.dlq".
+func builtDLQ(_, name string) string { return middleware.DLQName(name) }
 
 // The redis scheme is registered by importing redisstream.
 var _ = redisstream.Scheme
@@ -81,7 +95,10 @@ func acked(t *testing.T, tr transport.Transport, topic, group string) bool {
 	return true
 }
 
-func brokerCases(t *testing.T, tr transport.Transport, names func(t *testing.T) (topic, name string)) {
+// brokerCases runs the scenarios on tr. names makes a fresh topic and
+// subscription name (also the group), and dlqOf names the DLQ that
+// ListDLQ and ReplayDLQ take for them.
+func brokerCases(t *testing.T, tr transport.Transport, names func(t *testing.T) (topic, name string), dlqOf func(topic, name string) string) {
 	list := func(t *testing.T, dlq string) []*handler.Message {
 		msgs, err := tr.(transport.DeadLetters).ListDLQ(context.Background(), dlq, 0)
 		if err != nil {
@@ -107,10 +124,15 @@ func brokerCases(t *testing.T, tr transport.Transport, names func(t *testing.T) 
 		if err := stop(5 * time.Second); err != nil {
 			t.Fatal(err)
 		}
+		// Closing the stream returns whatever is unacked to the group
+		// (RabbitMQ counts only ready messages), so this proves the ack.
+		if !acked(t, tr, topic, name) {
+			t.Error("the message is not acked after the Router stopped")
+		}
 		if got := rec.seen(); len(got) != 3 || got[2] != got[0]+2 || successes.Load() != 1 {
 			t.Errorf("attempts %v, %d successes; want three consecutive attempts and exactly one success", got, successes.Load())
 		}
-		if n := len(list(t, middleware.DLQName(name))); n != 0 {
+		if n := len(list(t, dlqOf(topic, name))); n != 0 {
 			t.Errorf("DLQ holds %d", n)
 		}
 	})
@@ -132,11 +154,11 @@ func brokerCases(t *testing.T, tr transport.Transport, names func(t *testing.T) 
 			done[m.ID]++
 			return nil
 		})
-		run(t, tr, name, topic, must(middleware.Recommended(tr, fast()))(h))
+		stop := run(t, tr, name, topic, must(middleware.Recommended(tr, fast()))(h))
 		orig := order(t, topic, "evt-7", "o-7")
 		orig.Payload = append(orig.Payload, 0x00, 0xff, '\n')
 		publish(t, tr, orig)
-		dlqName := middleware.DLQName(name)
+		dlqName := dlqOf(topic, name)
 		waitFor(t, "the dead letter", func() bool { return len(list(t, dlqName)) == 1 && acked(t, tr, topic, name) })
 		mu.Lock()
 		if len(facts) != 1 {
@@ -183,10 +205,16 @@ func brokerCases(t *testing.T, tr transport.Transport, names func(t *testing.T) 
 			defer mu.Unlock()
 			return done["evt-7"] >= 1 && acked(t, tr, topic, name)
 		})
+		if err := stop(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if !acked(t, tr, topic, name) {
+			t.Error("the replayed message is not acked after the Router stopped")
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		if done["evt-7"] != 1 || len(done) != 1 {
-			t.Errorf("after replay: %v, want evt-7 processed once", done)
+		if len(facts) != 1 || done["evt-7"] != 1 || len(done) != 1 {
+			t.Errorf("after replay: %d failed attempts, %v processed; want 1 and evt-7 once", len(facts), done)
 		}
 		if left := list(t, dlqName); len(left) != 0 {
 			t.Errorf("DLQ still holds %d", len(left))

@@ -74,10 +74,15 @@ func DLQ(name string) DeadLetterOption {
 // and x-delivery-limit. DeadLetter then returns the handler unchanged; a
 // message that still fails after [Retry] is Nacked, and the broker moves it
 // to its DLQ when its delivery count reaches the broker's limit. The native
-// DLQ keeps the original message but not Ferry's failure headers (the error,
-// class, attempts and times); RabbitMQ adds its own x-death header. Where
-// the transport declares no native DLQ the option changes nothing: the
-// middleware publishes to its built DLQ.
+// DLQ keeps the original message but not the handler's error: SQS keeps
+// none of Ferry's failure headers, and the RabbitMQ transport adds a
+// generic record (a delivery-limit error text, attempts, times) next to the
+// broker's x-death. Where the transport declares no native DLQ the option
+// changes nothing: the middleware publishes to its built DLQ.
+//
+// RabbitMQ does not need it: there DeadLetter's default publish already
+// lands in the native DLQ, with the handler's error (see the package doc,
+// "Which broker dead-letters how").
 //
 // Set the broker's limit above Retry's budget, or the broker dead-letters
 // before Retry gives up.
@@ -113,7 +118,10 @@ func OnDeadLetter(fn func(dlq string, m *handler.Message, err error)) DeadLetter
 // and the subscription moves on. The DLQ is "<subscription>.dlq" (see
 // [DLQName]) unless [DLQ] names another; it is the built DLQ of transports
 // without a native one (a Kafka topic, a Redis stream, an MQTT topic), and
-// every DLQ can be listed and replayed through [transport.DeadLetters].
+// on RabbitMQ an exchange that Subscribe binds to the subscription's native
+// DLQ queue. Every DLQ can be listed and replayed through
+// [transport.DeadLetters]; the package doc says under which name on each
+// broker.
 //
 // The dead letter keeps the original's ID, Key, Payload and Headers byte for
 // byte, and adds the [transport.DeadLetterHeaders]: the error text (with the

@@ -72,19 +72,42 @@
 //
 // # Which broker dead-letters how
 //
-// DeadLetter publishes to a built DLQ on every transport unless told
-// otherwise: a topic or stream named "<subscription>.dlq", written with the
-// transport's own Publisher, carrying the failure record. That is the only
-// kind of DLQ on memory, Kafka, Redis Streams and MQTT (as design.md maps
-// them). Where a stream declares a native DLQ
-// ([transport.Semantics].NativeDLQ: SQS with a redrive policy, RabbitMQ
-// quorum queues with a DLX and x-delivery-limit), [DeferToNative] leaves the
-// message to the broker instead: Retry's final error is Nacked, and the
-// broker moves the message when its delivery count reaches its limit,
-// without Ferry's failure record. Without DeferToNative the built DLQ is used
-// there too, and the native one catches only what never returns an error
-// (a consumer that crashes on the message every time). Each transport's
-// page under docs/transports says which it declares.
+// DeadLetter publishes to the topic "<subscription>.dlq" ([DLQName]) with
+// the transport's own Publisher, carrying the failure record, unless [DLQ]
+// names another. What that topic is depends on the broker, and so does the
+// name under which [ListDeadLetters] and [ReplayDeadLetters] find it:
+//
+//	transport  DeadLetter's default publish        native DLQ                          list/replay as
+//	memory     topic <subscription>.dlq            none                                <subscription>.dlq
+//	redis      stream <subscription>.dlq           max_deliveries: stream <topic>.dlq  <subscription>.dlq
+//	kafka      topic <subscription>.dlq            none (undecodable: <topic>.dlq)     <subscription>.dlq
+//	mqtt       topic <subscription>.dlq, kept by   none                                <subscription>.dlq
+//	           a persistent DLQ session
+//	sqs        queue <subscription>.dlq            redrive policy (dlq=, max_receive)  the queue's name
+//	rabbitmq   exchange <group>.dlq, bound by      DLX <queue>.dlx → queue <queue>.dlq  <topic>.<group>.dlq
+//	           Subscribe to the DLX: the native
+//	           DLQ queue <topic>.<group>.dlq
+//
+// On memory, Kafka, Redis Streams and MQTT the built DLQ is the only one
+// that carries the failure record. On RabbitMQ a topic is an exchange, and
+// Subscribe binds the exchange "<group>.dlq" to the subscription's
+// dead-letter exchange: since the Router's default group is the
+// subscription's name, DeadLetter's default publish lands in the queue the
+// broker dead-letters into
+// ([github.com/ferrymq/ferry/transport/rabbitmq.DLQName]("<topic>.<subscription>")),
+// and both kinds of dead letter are listed and replayed together. A
+// subscription whose group is not its name needs DLQ("<group>.dlq") there.
+//
+// Where a stream declares a native DLQ ([transport.Semantics].NativeDLQ:
+// SQS with a redrive policy, RabbitMQ quorum queues with a DLX and
+// x-delivery-limit), [DeferToNative] leaves the message to the broker
+// instead: Retry's final error is Nacked, and the broker moves the message
+// when its delivery count reaches its limit, without the handler's error
+// (SQS keeps the message and its attributes; RabbitMQ's transport adds a
+// generic failure record). Without DeferToNative the native DLQ still
+// catches what never returns an error (a consumer that crashes on the
+// message every time). Each transport's page under docs/transports says
+// which it declares.
 //
 // [Redeliver]'s second tier hands a message back only where the stream
 // declares NackDelay and redelivery on Nack; elsewhere (MQTT, for one) the

@@ -254,3 +254,76 @@ func TestDeliveryLimitNative(t *testing.T) {
 	}
 	_ = strconv.Itoa
 }
+
+// TestDLQAddress: Subscribe binds "<group>.dlq" to the group's DLQ, per
+// topic: a group consuming two topics gets each dead letter published to
+// the address in the DLQ of the topic it came from (by its
+// ferry-original-topic), exactly once; a publish without that header is
+// unroutable. An address that already exists with another kind does not
+// stop Subscribe, and is bound as it is.
+func TestDLQAddress(t *testing.T) {
+	tr := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	group := transporttest.UniqueName(t, "inventory")
+	orders, returns := transporttest.UniqueName(t, "orders"), transporttest.UniqueName(t, "returns")
+	for _, topic := range []string{orders, returns} {
+		cleanupSub(t, brokerURL(), topic, group, 0)
+		st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: group})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = st.Close(ctx)
+	}
+	addr := group + ".dlq"
+	for i, topic := range []string{orders, returns, orders} {
+		m := &handler.Message{ID: "dl-" + strconv.Itoa(i), Key: "o-" + strconv.Itoa(i), Topic: addr, Payload: []byte("x"),
+			Headers: map[string]string{transport.HeaderOriginalTopic: topic, transport.HeaderError: "boom"}}
+		if err := tr.Publish(ctx, m); err != nil {
+			t.Fatalf("publish to %s: %v", addr, err)
+		}
+	}
+	want := map[string][]string{orders: {"dl-0", "dl-2"}, returns: {"dl-1"}}
+	for topic, ids := range want {
+		got, err := tr.ListDLQ(ctx, rabbitmq.DLQName(topic+"."+group), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(ids) {
+			t.Fatalf("DLQ of %s holds %d, want %v", topic, len(got), ids)
+		}
+		for i, m := range got {
+			if m.ID != ids[i] || m.Topic != topic || m.Headers[transport.HeaderError] != "boom" {
+				t.Errorf("DLQ of %s [%d]: %s topic %q headers %v, want %s", topic, i, m.ID, m.Topic, m.Headers, ids[i])
+			}
+		}
+	}
+	err := tr.Publish(ctx, &handler.Message{ID: "stray", Topic: addr, Payload: []byte("x")})
+	if !errors.Is(err, rabbitmq.ErrUnroutable) {
+		t.Errorf("publish to %s without %s: %v, want ErrUnroutable", addr, transport.HeaderOriginalTopic, err)
+	}
+
+	// The address exists already, as a fanout exchange.
+	other, topic := transporttest.UniqueName(t, "billing"), transporttest.UniqueName(t, "payments")
+	cleanupSub(t, brokerURL(), topic, other, 0)
+	ch, err := rawConn(t, brokerURL()).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare(other+".dlq", rabbitmq.KindFanout, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: other})
+	if err != nil {
+		t.Fatalf("subscribe with a fanout %s.dlq: %v", other, err)
+	}
+	_ = st.Close(ctx)
+	if err := ch.PublishWithContext(ctx, other+".dlq", "k", true, false, amqp.Publishing{MessageId: "dl-f",
+		Headers: amqp.Table{transport.HeaderOriginalTopic: topic}, Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the dead letter through the fanout address", 10*time.Second, func() bool {
+		got, err := tr.ListDLQ(ctx, rabbitmq.DLQName(topic+"."+other), 0)
+		return err == nil && len(got) == 1 && got[0].ID == "dl-f"
+	})
+}

@@ -48,6 +48,20 @@
 // poison message on its way to the DLQ). Declaring a queue that exists with
 // other arguments fails with the broker's PRECONDITION_FAILED.
 //
+// With a Group it also declares the DLQ address "<group>.dlq": an exchange
+// (of the kind a publish to that topic declares) bound, through the headers
+// exchange "<queue>.dlx.match" that admits only messages whose
+// ferry-original-topic is the subscription's Topic, to the DLX. So a
+// publish to the topic "<group>.dlq" lands in "<queue>.dlq". That is where
+// the dead-letter middleware publishes by default ("<subscription>.dlq",
+// and the Router's default group is the subscription's name): its dead
+// letters, with their failure record, and the broker's own share one DLQ
+// per subscription, listed and replayed together. A group consuming several
+// topics gets each dead letter in the DLQ of its topic. The address is best
+// effort: one that exists with another exchange kind is bound as it is,
+// and a failure to declare it is logged, not returned (a publish to it is
+// then [ErrUnroutable]).
+//
 // # Delivery semantics
 //
 // Publish is persistent, mandatory (unless [Mandatory] is off) and
@@ -85,9 +99,11 @@
 // ferry-subscription, ferry-original-topic, ferry-error, ferry-first-failure
 // and ferry-last-failure) and acked. A message whose consumers keep dying
 // reaches the same limit inside the broker, which dead-letters it itself
-// with x-death. [Transport.ListDLQ] and [Transport.ReplayDLQ] operate on
-// "<queue>.dlq" ([DLQName]); [Transport.Lag] reports the ready messages of
-// each queue.
+// with x-death. The dead-letter middleware's dead letters arrive in the
+// same queue through the DLQ address. [Transport.ListDLQ] and
+// [Transport.ReplayDLQ] operate on "<queue>.dlq" ([DLQName]), that is
+// "<topic>.<subscription>.dlq" under the Router's default group;
+// [Transport.Lag] reports the ready messages of each queue.
 //
 // Each stream declares these [transport.Semantics]:
 //

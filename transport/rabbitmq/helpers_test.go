@@ -99,7 +99,7 @@ func cleanupSub(tb testing.TB, url, topic, group string, shards int, retry ...ti
 	for _, d := range retry {
 		queues = append(queues, q+".retry."+itoa(int(d.Milliseconds()))+"ms")
 	}
-	deleteLater(tb, url, queues, []string{topic, q + ".dlx"})
+	deleteLater(tb, url, queues, []string{topic, q + ".dlx", q + ".dlx.match", group + ".dlq"})
 }
 
 func itoa(i int) string {

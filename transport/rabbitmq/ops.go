@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -33,7 +34,11 @@ func (t *Transport) adminChannel(ctx context.Context) (*amqp.Channel, error) {
 // queue in ferry-error, the queue in ferry-subscription, the original
 // topic, and the first and last dead-lettering times. (ferry-attempts is
 // there when the transport dead-lettered the message itself; the broker's
-// own delivery-limit dead-lettering does not record the count.) limit <= 0
+// own delivery-limit dead-lettering does not record the count.) Dead
+// letters of the dead-letter middleware, which arrive through the DLQ
+// address, carry its whole failure record already. Each Message's Topic is
+// the original topic. A dlq that is no queue (such as the address
+// "<group>.dlq", an exchange) is the broker's NOT_FOUND error. limit <= 0
 // means 100.
 func (t *Transport) ListDLQ(ctx context.Context, dlq string, limit int) ([]*handler.Message, error) {
 	if limit <= 0 {
@@ -51,7 +56,7 @@ func (t *Transport) ListDLQ(ctx context.Context, dlq string, limit int) ([]*hand
 		}
 		d, ok, err := ch.Get(dlq, false)
 		if err != nil {
-			return out, fmt.Errorf("rabbitmq: list %s: %w", dlq, err)
+			return out, fmt.Errorf("rabbitmq: list %s: %w%s", dlq, err, notFoundHint(err))
 		}
 		if !ok {
 			break
@@ -81,7 +86,7 @@ func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Repla
 		}
 		d, ok, err := ch.Get(dlq, false)
 		if err != nil {
-			return n, fmt.Errorf("rabbitmq: replay %s: %w", dlq, err)
+			return n, fmt.Errorf("rabbitmq: replay %s: %w%s", dlq, err, notFoundHint(err))
 		}
 		if !ok {
 			break
@@ -103,6 +108,16 @@ func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Repla
 		n++
 	}
 	return n, nil
+}
+
+// notFoundHint explains a missing DLQ: DLQs are queues, named after the
+// subscription's queue, not the topic a dead letter is published to.
+func notFoundHint(err error) string {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return ` (a DLQ is the queue "<topic>.<group>.dlq", see rabbitmq.DLQName; "<group>.dlq" is the exchange that feeds it)`
+	}
+	return ""
 }
 
 // deadLetter converts a DLQ message, adding the dead-letter headers that
@@ -149,6 +164,10 @@ func deadLetter(d *amqp.Delivery) *handler.Message {
 	}
 	if topic == "" {
 		topic, _ = d.Headers["x-first-death-exchange"].(string)
+	}
+	if topic == "" {
+		// Dead-lettered by the middleware, through the DLQ address.
+		topic = m.Headers[transport.HeaderOriginalTopic]
 	}
 	m.Topic = topic
 	if reason != "" {

@@ -403,6 +403,7 @@ func optionsFromURL(q url.Values) ([]Option, error) {
 
 // subOptions is a Subscription's Options, parsed and checked.
 type subOptions struct {
+	group         string // Subscription.Group, as given
 	queue         string
 	bind          []string
 	bindSet       bool
@@ -418,6 +419,7 @@ type subOptions struct {
 
 func (t *Transport) parseSubscription(sub transport.Subscription) (subOptions, error) {
 	o := subOptions{
+		group:         sub.Group,
 		exchangeKind:  t.exchangeKind(sub.Topic),
 		queueType:     t.cfg.queueType,
 		deliveryLimit: t.cfg.deliveryLimit,

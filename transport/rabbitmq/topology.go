@@ -1,17 +1,22 @@
 package rabbitmq
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ferrymq/ferry/transport"
 )
 
 // Names of the resources declared for a subscription whose queue is q.
-func dlxName(q string) string { return q + ".dlx" }
-func dlqName(q string) string { return q + ".dlq" }
+func dlxName(q string) string      { return q + ".dlx" }
+func dlqName(q string) string      { return q + ".dlq" }
+func dlxMatchName(q string) string { return q + ".dlx.match" } // see declareDLQAddress
 func shardQueue(q string, i int) string {
 	return q + ".s" + strconv.Itoa(i)
 }
@@ -22,10 +27,19 @@ func retryQueue(q string, d time.Duration) string {
 	return q + ".retry." + strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }
 
+// dlqAddress names the exchange through which a publish reaches the DLQ
+// of group's subscription: "<group>.dlq", the middleware's default DLQ
+// topic for a subscription whose group is its name (the Router's default).
+func dlqAddress(group string) string { return group + ".dlq" }
+
 // DLQName returns the name of the dead-letter queue that Subscribe declares
 // for a subscription consuming queue (the "queue" option, or
 // "<topic>.<group>"): "<queue>.dlq", fed by the fanout exchange
-// "<queue>.dlx". Pass it to ListDLQ and ReplayDLQ.
+// "<queue>.dlx", into which the broker dead-letters, and by the DLQ
+// address "<group>.dlq", to which the dead-letter middleware publishes.
+// Pass it to ListDLQ and ReplayDLQ. Under the Router, whose default group
+// is the subscription's name, the DLQ of subscription "inventory" on topic
+// "orders" is DLQName("orders.inventory"), "orders.inventory.dlq".
 func DLQName(queue string) string { return dlqName(queue) }
 
 // bucket rounds a Nack delay up to the delay bucket it waits in, so that a
@@ -135,6 +149,7 @@ func (t *Transport) declareSubscription(ch *amqp.Channel, topic string, o *subOp
 	if err := ch.QueueBind(dlq, "", dlx, false, nil); err != nil {
 		return nil, fmt.Errorf("rabbitmq: bind %q to %q: %w", dlq, dlx, err)
 	}
+	t.declareDLQAddress(topic, dlx, o)
 	if topic != "" {
 		if err := t.declareExchange(ch, topic, o.exchangeKind); err != nil {
 			return nil, err
@@ -161,6 +176,82 @@ func (t *Transport) declareSubscription(ch *amqp.Channel, topic string, o *subOp
 		}
 	}
 	return queues, nil
+}
+
+// declareDLQAddress makes a publish to the topic "<group>.dlq" (what the
+// dead-letter middleware does by default, the Router's group being the
+// subscription's name) land in this subscription's DLQ, next to the
+// broker's own dead letters:
+//
+//	"<group>.dlq" (the kind a publish declares it with, topic by default)
+//	  → "<queue>.dlx.match" (headers: ferry-original-topic = the topic)
+//	  → "<queue>.dlx" (the DLX, fanout) → "<queue>.dlq"
+//
+// The address binds with "#" and the subscription's binding keys: every
+// routing key on a topic exchange, everything on a fanout or headers one,
+// and on a direct one the keys the subscription takes (a dead letter keeps
+// the routing key of its original). The headers exchange keeps the dead
+// letters of a group that consumes several topics apart: each reaches the
+// DLQ of the topic it was consumed from. Without a topic (the "queue"
+// option) the address binds to the DLX directly.
+//
+// It is best effort, on channels of its own: an address that already
+// exists with another kind is bound as it is, and any other failure is
+// logged, not returned, because the subscription works without it (a
+// dead-letter publish to the address is then refused as unroutable, so the
+// message is redelivered until the delivery limit dead-letters it).
+func (t *Transport) declareDLQAddress(topic, dlx string, o *subOptions) {
+	if o.group == "" {
+		return
+	}
+	addr := dlqAddress(o.group)
+	keys := []string{"#"}
+	for _, k := range o.bind {
+		if k != "#" {
+			keys = append(keys, k)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := func() error {
+		ch, _, err := t.conn.channel(ctx)
+		if err != nil {
+			return err
+		}
+		defer ch.Close()
+		dest := dlx
+		if topic != "" {
+			dest = dlxMatchName(o.queue)
+			if err := ch.ExchangeDeclare(dest, KindHeaders, true, false, false, false, nil); err != nil {
+				return fmt.Errorf("declare %q: %w", dest, err)
+			}
+			if err := ch.ExchangeBind(dlx, "", dest, false, amqp.Table{
+				"x-match": "all", transport.HeaderOriginalTopic: topic}); err != nil {
+				return fmt.Errorf("bind %q to %q: %w", dlx, dest, err)
+			}
+		}
+		if err := t.declareExchange(ch, addr, ""); err != nil {
+			var ae *amqp.Error
+			if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+				return err
+			}
+			// It exists with another kind: bind to it as it is.
+			if ch, _, err = t.conn.channel(ctx); err != nil {
+				return err
+			}
+			defer ch.Close()
+		}
+		for _, k := range keys {
+			if err := ch.ExchangeBind(dest, k, addr, false, nil); err != nil {
+				return fmt.Errorf("bind %q to %q with %q: %w", dest, addr, k, err)
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		t.cfg.logger.Warn("rabbitmq: the DLQ address is not bound: a publish to it is unroutable",
+			"address", addr, "dlq", dlqName(o.queue), "err", err.Error())
+	}
 }
 
 // declareRetry declares the delay bucket for queue q: a queue without
