@@ -159,14 +159,17 @@ func cleanRabbit(rawURL, topic string) {
 	for _, g := range groups {
 		q := topic + "." + g
 		queues = append(queues, q, q+".dlq", q+".members")
-		exchanges = append(exchanges, q+".dlx")
+		// Subscribe also declares <queue>.dlx.match and the <group>.dlq
+		// address the dead-letter middleware publishes to.
+		exchanges = append(exchanges, q+".dlx", q+".dlx.match", g+".dlq")
 		dlq := topic + "." + g + ".dlq"
-		exchanges = append(exchanges, dlq, dlq+".ops.dlx")
+		exchanges = append(exchanges, dlq, dlq+".ops.dlx", dlq+".ops.dlx.match")
 		queues = append(queues, dlq+".ops", dlq+".ops.dlq")
 	}
 	for _, q := range queues {
 		_, _ = ch.QueueDelete(q, false, false, false)
 	}
+	exchanges = append(exchanges, "ops.dlq")
 	for _, x := range exchanges {
 		_ = ch.ExchangeDelete(x, false, false)
 	}
