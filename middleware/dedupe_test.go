@@ -242,3 +242,44 @@ func TestDedupe_invalidOptions(t *testing.T) {
 		t.Errorf("nil store: %v", err)
 	}
 }
+
+// TestRecommendedDeduplicate runs the whole stack, Dedupe in its place,
+// through the Router: a message failing once is retried and applied once,
+// its duplicate is skipped, and a permanent failure is released and
+// dead-lettered, so that its replay is handled rather than skipped.
+func TestRecommendedDeduplicate(t *testing.T) {
+	b := newBroker(t)
+	store := memStore(t)
+	h := &countingHandler{err: func(m *handler.Message, call int) error {
+		switch {
+		case m.ID == "flaky" && call == 1:
+			return errors.New("stock service timeout")
+		case m.ID == "poison":
+			return handler.Permanentf("order %s: unknown SKU", m.ID)
+		}
+		return nil
+	}}
+	var skipped atomic.Int64
+	mw := must(middleware.Recommended(b, fast(), middleware.Deduplicate(store,
+		middleware.OnDuplicate(func(m *handler.Message, result []byte) { skipped.Add(1) }))))
+	stop := run(t, b, "inventory", "orders", mw(h))
+	publish(t, b, order(t, "orders", "flaky", "o-1"), order(t, "orders", "flaky", "o-1"), order(t, "orders", "poison", "o-2"))
+	waitFor(t, "duplicate skipped and poison dead-lettered", func() bool {
+		return skipped.Load() == 1 && len(dlq(t, b, "inventory.dlq")) == 1
+	})
+	if err := stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n["flaky"] != 2 || h.n["poison"] != 1 {
+		t.Fatalf("handler calls %v: want flaky twice (fail, retry) and poison once", h.n)
+	}
+	res, err := store.Claim(context.Background(), "poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != idempotency.New {
+		t.Fatalf("poison's claim is %v after dead-lettering: want released (New)", res.State)
+	}
+}

@@ -49,9 +49,9 @@
 // order to keep; Park can also publish a copy of each parked key's first
 // failing message to the DLQ for visibility ([CopyToDLQ]). Dedupe is
 // inside DeadLetter, so that a message that failed for good is released
-// before it is dead-lettered. [Recommended] with [Parking] builds
-// DeadLetter → Park → Retry → Timeout → Recover; add Dedupe by hand
-// between Park and Retry. Misplacing Park (inside Retry, Dedupe, Timeout,
+// before it is dead-lettered. [Recommended] builds all of it: with
+// [Parking] and [Deduplicate] it is DeadLetter → Park → Dedupe → Retry →
+// Timeout → Recover. Misplacing Park (inside Retry, Dedupe, Timeout,
 // Recover or another Park) or putting DeadLetter inside Park is reported
 // with [ErrMisordered] as well.
 //

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/idempotency"
 	"github.com/ferrymq/ferry/parking"
 	"github.com/ferrymq/ferry/transport"
 )
@@ -20,6 +21,8 @@ type stackConfig struct {
 	lot        parking.Lot
 	park       []ParkOption
 	parking    bool
+	store      idempotency.Store
+	dedupe     []DedupeOption
 }
 
 // AttemptTimeout sets the per-attempt deadline of [Recommended]'s [Timeout],
@@ -51,6 +54,22 @@ func Parking(lot parking.Lot, opts ...ParkOption) StackOption {
 	})
 }
 
+// Deduplicate makes [Recommended] apply each message's effect once per
+// business event ID: it adds [Dedupe](store, opts...) in its place, inside
+// DeadLetter and Park and outside Retry,
+//
+//	DeadLetter(dlq) → Park(lot) → Dedupe(store) → Retry → Timeout → Recover → your handler
+//
+// so that a duplicate is skipped before any attempt, a message that fails
+// for good is released (its replay from the DLQ or the lot is handled, not
+// skipped), and all attempts of one delivery share one claim (one
+// transaction with a transactional store). store must not be nil.
+func Deduplicate(store idempotency.Store, opts ...DedupeOption) StackOption {
+	return stackOption(func(c *stackConfig) {
+		c.store, c.dedupe = store, append([]DedupeOption(nil), opts...)
+	})
+}
+
 // Recommended returns the recommended recoverability stack in the only
 // order that is right, outermost first:
 //
@@ -69,8 +88,8 @@ func Parking(lot parking.Lot, opts ...ParkOption) StackOption {
 //
 // On ordered subscriptions add [Parking]: the stack becomes DeadLetter →
 // Park → Retry → Timeout → Recover, and a failing key is parked rather
-// than dead-lettered. [Dedupe] goes between DeadLetter (or Park) and
-// Retry; see the package doc for the whole order.
+// than dead-lettered. Add [Deduplicate] for [Dedupe], which goes between
+// DeadLetter (or Park) and Retry; see the package doc for the whole order.
 //
 // dlq publishes the dead letters; it may be the transport the subscription
 // reads from. It may be nil only with [DeferToNative] on a transport with a
@@ -106,5 +125,11 @@ func Recommended(dlq transport.Publisher, opts ...StackOption) (handler.Middlewa
 			return nil, err
 		}
 	}
-	return handler.Chain(dl, pk, rt, Timeout(c.timeout), Recover()), nil
+	var dd handler.Middleware
+	if c.store != nil {
+		if dd, err = Dedupe(c.store, c.dedupe...); err != nil {
+			return nil, err
+		}
+	}
+	return handler.Chain(dl, pk, dd, rt, Timeout(c.timeout), Recover()), nil
 }
