@@ -33,8 +33,9 @@
 //     key's messages in order while other keys run concurrently.
 //   - Ack is by offset. Ack marks one message finished; the committed
 //     offset advances over the contiguous prefix of finished messages and
-//     is sent every [CommitInterval] (1s), on revocation and on Close. A
-//     crash redelivers what was in flight and what finished after the last
+//     is sent every [CommitInterval] (1s), on revocation and on Close; it
+//     trails the finished prefix by at most about 1.25 intervals. A crash
+//     redelivers what was in flight and what finished after the last
 //     commit; it never skips a message.
 //   - Redelivery is on Nack, with the delay honoured (NackDelay): the
 //     message is handed out again after the delay without blocking other

@@ -151,7 +151,10 @@ func (c *config) producerConfig() (*sarama.Config, error) {
 	sc.Producer.Timeout = min(c.deliveryTimeout, 10*time.Second)
 	sc.Producer.Retry.Backoff = 100 * time.Millisecond
 	sc.Producer.Retry.Max = max(3, int(c.deliveryTimeout/(250*time.Millisecond)))
-	sc.Producer.MaxMessageBytes = c.maxPayload + 64<<10 // room for key and headers
+	// MaxMessageBytes also caps each partition's record batch, which the
+	// broker refuses above its message.max.bytes (1048588 by default): keep
+	// sarama's 1 MiB unless MaxPayload needs room for a larger record.
+	sc.Producer.MaxMessageBytes = max(1<<20, c.maxPayload+32<<10)
 	sc.Producer.Compression = c.compression
 	sc.Producer.Flush.Frequency = c.linger
 	switch c.partitioner {

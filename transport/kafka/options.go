@@ -229,8 +229,11 @@ func Linger(d time.Duration) Option {
 // DeliveryTimeout bounds how long Publish waits for the broker's
 // confirmation, broker retries included, overriding 30s. When it passes
 // Publish returns an error wrapping [transport.ErrUnknownOutcome]: the
-// idempotent producer may still write the message. URL key
-// "delivery_timeout"; Kafka's delivery.timeout.ms.
+// idempotent producer may still write the message. It is checked in ticks
+// of a thirty-second of d (at most 500ms), shared by all messages rather
+// than a timer each, so Publish gives up between d and d plus two ticks
+// after the hand-over. URL key "delivery_timeout"; Kafka's
+// delivery.timeout.ms.
 func DeliveryTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d <= 0 {
@@ -243,9 +246,10 @@ func DeliveryTimeout(d time.Duration) Option {
 
 // MaxPayload sets the largest payload Publish accepts, in bytes, overriding
 // 1000000 (Kafka's default max.message.bytes). A larger message is refused
-// with [transport.ErrTooLarge] before anything is sent. Raise the topic's
-// max.message.bytes with it. URL key "max_payload"; the producer's
-// max.request.size.
+// with [transport.ErrTooLarge] before anything is sent. The producer caps
+// its record batches at 1 MiB, or MaxPayload plus 32 KiB (for the key and
+// headers) when that is larger; raise the topic's max.message.bytes to
+// that with it. URL key "max_payload"; the producer's max.request.size.
 func MaxPayload(n int) Option {
 	return optionFunc(func(c *config) {
 		if n < 1 {
@@ -287,9 +291,13 @@ func Assignment(b Balance) Option {
 // PartitionWindow bounds how many messages of one partition are handed out
 // past the committed offset at once: in flight, finished but behind an
 // unfinished one, or waiting for a Nack's delay. When a partition's window
-// is full, fetching that partition pauses until its oldest message
-// finishes; other partitions keep flowing. It also bounds what a crash
-// redelivers per partition. The default is Subscription.MaxInFlight (the
+// is full its records wait in sarama, which slows fetching to the
+// handlers' pace; if it stays full for 50ms (half of sarama's
+// MaxProcessingTime), fetching that partition is paused, what sarama had
+// already fetched for it waits in memory (a fetch or two, 1 MiB each), and
+// the other partitions keep flowing; it resumes once a quarter of the
+// window is free again. It also bounds what a crash redelivers per
+// partition. The default is Subscription.MaxInFlight (the
 // Router's MaxInFlight), or 1024 without one. URL key "window".
 func PartitionWindow(n int) Option {
 	return optionFunc(func(c *config) {
@@ -346,10 +354,12 @@ func Heartbeat(d time.Duration) Option {
 }
 
 // CommitInterval sets how often finished offsets are committed, overriding
-// 1s: one OffsetCommit per interval covers every partition. A crash
-// redelivers at most what finished in the last interval (and what was in
-// flight). Closing a stream and losing a partition commit at once. URL key
-// "commit_interval"; Kafka's auto.commit.interval.ms.
+// 1s: one OffsetCommit per interval covers every partition. Finished
+// offsets are handed to that commit a quarter interval at a time (at most
+// every 250ms), so a crash redelivers at most what finished in the last
+// interval and a quarter (and what was in flight). Closing a stream and
+// losing a partition commit at once. URL key "commit_interval"; Kafka's
+// auto.commit.interval.ms.
 func CommitInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d <= 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -14,40 +15,113 @@ import (
 )
 
 // producer wraps sarama's AsyncProducer so that each Publish waits for its
-// own message's confirmation while concurrent calls share broker requests.
+// own message's confirmation while concurrent calls share produce requests.
+//
+// The per-message path allocates little and starts no timer. A message
+// travels in a pooled [pending] that holds its sarama.ProducerMessage and
+// the bytes of its key and headers, and that rides in
+// ProducerMessage.Metadata, so the result loops reach its waiter with no
+// lookup. The delivery timeout is a deadline shared by every message handed
+// over in the same tick ([deadlines]), not a timer per message.
 type producer struct {
 	ap      sarama.AsyncProducer
 	cfg     *config
 	mu      sync.RWMutex // held shared while sending to ap.Input; Close takes it
 	closed  bool
-	done    sync.WaitGroup // the two result loops
-	waiters sync.Pool      // *waiter
+	results sync.WaitGroup // the two result loops
+	pool    sync.Pool      // *pending
+	dl      *deadlines
 }
 
-// waiter carries one message's result from the result loops to Publish.
-// Its channel has room for the one result, so a loop never blocks on a
-// Publish that gave up waiting.
-type waiter struct{ ch chan error }
+// pending is one message from its hand-over to its result. Publish reuses
+// it through the producer's pool once its result was read; a message whose
+// waiter gave up (timeout, ctx) is never reused, since sarama may still
+// hold it. PublishBatch allocates its pendings together and drops them.
+type pending struct {
+	pm   sarama.ProducerMessage
+	key  encoder // the record key: bytes in buf
+	val  encoder // the payload, not copied
+	hdrs []sarama.RecordHeader
+	buf  []byte // key, ID and header bytes
+
+	// Exactly one of ch and batch is set.
+	ch    chan error // Publish: room for the one result
+	batch *batch     // PublishBatch: the result goes to err and state
+	err   error
+	state atomic.Int32 // PublishBatch: 0 waiting, then resultIn or abandoned
+	dl    *deadline
+}
+
+const (
+	resultIn  = 1 // the result loop stored err
+	abandoned = 2 // the waiter gave up: timeout or ctx
+)
+
+// complete hands the message's result to its waiter. It is called once,
+// by a result loop, and never blocks.
+func (w *pending) complete(err error) {
+	if b := w.batch; b != nil {
+		w.err = err
+		if w.state.CompareAndSwap(0, resultIn) {
+			b.settled()
+		}
+		return
+	}
+	w.ch <- err
+}
+
+// batch collects the results of one PublishBatch.
+type batch struct {
+	left atomic.Int64  // messages with neither a result nor abandoned
+	done chan struct{} // closed when left reaches 0
+}
+
+func (b *batch) settled() {
+	if b.left.Add(-1) == 0 {
+		close(b.done)
+	}
+}
+
+// encoder is a sarama.Encoder over bytes the caller keeps unchanged until
+// the result; a *encoder converts to the interface without allocating, and
+// encoding it copies nothing (sarama encodes a key twice: to partition and
+// to write).
+type encoder []byte
+
+func (e *encoder) Encode() ([]byte, error) { return *e, nil }
+func (e *encoder) Length() int             { return len(*e) }
+
+// Header names, shared by every record: sarama only reads them.
+var (
+	headerIDBytes = []byte(transport.HeaderID)
+	headerWMBytes = []byte(headerWatermillID)
+)
 
 func newProducer(client sarama.Client, cfg *config) (*producer, error) {
 	ap, err := sarama.NewAsyncProducerFromClient(client)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: producer: %w", err)
 	}
-	p := &producer{ap: ap, cfg: cfg}
-	p.waiters.New = func() any { return &waiter{ch: make(chan error, 1)} }
-	p.done.Add(2)
+	p := &producer{ap: ap, cfg: cfg, dl: newDeadlines(cfg.deliveryTimeout)}
+	p.pool.New = func() any { return &pending{ch: make(chan error, 1)} }
+	p.results.Add(2)
 	go func() {
-		defer p.done.Done()
+		defer p.results.Done()
 		for m := range ap.Successes() {
-			m.Metadata.(*waiter).ch <- nil
+			m.Metadata.(*pending).complete(nil)
 		}
 	}()
 	go func() {
-		defer p.done.Done()
+		defer p.results.Done()
 		for e := range ap.Errors() {
-			e.Msg.Metadata.(*waiter).ch <- classify(e.Msg.Topic, e.Err)
+			e.Msg.Metadata.(*pending).complete(classify(e.Msg.Topic, e.Err))
 		}
+	}()
+	go func() {
+		// The deadlines outlive a Close that gave up waiting, so that
+		// Publish calls still waiting end on time.
+		p.results.Wait()
+		p.dl.close()
 	}()
 	return p, nil
 }
@@ -90,56 +164,122 @@ func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
 }
 
 func (p *producer) publish(ctx context.Context, m *handler.Message) error {
-	w, err := p.send(ctx, m)
-	if err != nil {
+	w := p.pool.Get().(*pending)
+	if err := p.send(ctx, m, w); err != nil {
+		p.put(w)
 		return err
 	}
-	return p.wait(ctx, w, m.Topic)
-}
-
-// send hands m to the producer. Messages handed over one after another
-// keep that order within their partition.
-func (p *producer) send(ctx context.Context, m *handler.Message) (*waiter, error) {
-	if m.Topic == "" {
-		return nil, fmt.Errorf("%w: kafka: publish: message has no Topic", transport.ErrInvalidOption)
-	}
-	if len(m.Payload) > p.cfg.maxPayload {
-		return nil, fmt.Errorf("kafka: publish %s: %w: %d bytes, limit %d", m.Topic, transport.ErrTooLarge, len(m.Payload), p.cfg.maxPayload)
-	}
-	w := p.waiters.Get().(*waiter)
-	pm := toProducerMessage(m)
-	pm.Metadata = w
-
-	p.mu.RLock()
-	if p.closed {
-		p.mu.RUnlock()
-		p.waiters.Put(w)
-		return nil, fmt.Errorf("kafka: publish %s: %w", m.Topic, transport.ErrClosed)
-	}
-	select {
-	case p.ap.Input() <- pm:
-		p.mu.RUnlock()
-		return w, nil
-	case <-ctx.Done():
-		p.mu.RUnlock()
-		p.waiters.Put(w)
-		return nil, fmt.Errorf("kafka: publish %s: %w", m.Topic, ctx.Err())
-	}
-}
-
-// wait waits for the confirmation of a message handed over by send.
-func (p *producer) wait(ctx context.Context, w *waiter, topic string) error {
-	timer := time.NewTimer(p.cfg.deliveryTimeout)
-	defer timer.Stop()
 	select {
 	case err := <-w.ch:
-		p.waiters.Put(w)
+		p.put(w)
 		return err
-	case <-timer.C:
-		return fmt.Errorf("kafka: publish %s: %w: no confirmation within %s", topic, transport.ErrUnknownOutcome, p.cfg.deliveryTimeout)
+	case <-w.dl.c:
+		return fmt.Errorf("kafka: publish %s: %w: no confirmation within %s", m.Topic, transport.ErrUnknownOutcome, p.cfg.deliveryTimeout)
 	case <-ctx.Done():
-		return fmt.Errorf("kafka: publish %s: %w: %w", topic, transport.ErrUnknownOutcome, ctx.Err())
+		return fmt.Errorf("kafka: publish %s: %w: %w", m.Topic, transport.ErrUnknownOutcome, ctx.Err())
 	}
+}
+
+// put returns w to the pool once its result was read (or it was never
+// handed over).
+func (p *producer) put(w *pending) {
+	w.pm, w.val, w.err, w.batch, w.dl = sarama.ProducerMessage{}, nil, nil, nil, nil
+	w.state.Store(0)
+	clear(w.hdrs)
+	p.pool.Put(w)
+}
+
+// check refuses a message that cannot be sent.
+func (p *producer) check(m *handler.Message) error {
+	if m.Topic == "" {
+		return fmt.Errorf("%w: kafka: publish: message has no Topic", transport.ErrInvalidOption)
+	}
+	if len(m.Payload) > p.cfg.maxPayload {
+		return fmt.Errorf("kafka: publish %s: %w: %d bytes, limit %d", m.Topic, transport.ErrTooLarge, len(m.Payload), p.cfg.maxPayload)
+	}
+	return nil
+}
+
+// send fills w with m and hands it to the producer, setting w.dl. Messages
+// handed over one after another keep that order within their partition.
+func (p *producer) send(ctx context.Context, m *handler.Message, w *pending) error {
+	if err := p.check(m); err != nil {
+		return err
+	}
+	w.fill(m)
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return fmt.Errorf("kafka: publish %s: %w", m.Topic, transport.ErrClosed)
+	}
+	select {
+	case p.ap.Input() <- &w.pm:
+		w.dl = p.dl.current()
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("kafka: publish %s: %w", m.Topic, ctx.Err())
+	}
+}
+
+// fill makes w's record from m: Key to the record key, ID to the ferry-id
+// and _watermill_message_uuid headers, Headers to record headers. The key
+// and header bytes are copied into w.buf, which w keeps across uses; the
+// payload is referenced.
+func (w *pending) fill(m *handler.Message) {
+	if size := byteSize(m); cap(w.buf) < size {
+		w.buf = make([]byte, 0, size)
+	}
+	buf := w.buf[:0]
+	w.pm = sarama.ProducerMessage{Topic: m.Topic, Metadata: w}
+	if m.Key != "" {
+		buf = append(buf, m.Key...)
+		w.key = encoder(buf[:len(buf):len(buf)])
+		w.pm.Key = &w.key
+	}
+	if m.Payload != nil {
+		w.val = encoder(m.Payload)
+		w.pm.Value = &w.val
+	}
+	hs := w.hdrs[:0]
+	if m.ID != "" {
+		at := len(buf)
+		buf = append(buf, m.ID...)
+		id := buf[at:len(buf):len(buf)]
+		hs = append(hs,
+			sarama.RecordHeader{Key: headerIDBytes, Value: id},
+			sarama.RecordHeader{Key: headerWMBytes, Value: id})
+	}
+	for k, v := range m.Headers {
+		if k == transport.HeaderID || k == headerWatermillID {
+			continue // the ID fields own these names
+		}
+		at := len(buf)
+		buf = append(buf, k...)
+		buf = append(buf, v...)
+		hs = append(hs, sarama.RecordHeader{Key: buf[at : at+len(k) : at+len(k)], Value: buf[at+len(k) : len(buf) : len(buf)]})
+	}
+	if len(hs) > 0 {
+		w.pm.Headers = hs
+	}
+	w.hdrs, w.buf = hs, buf
+}
+
+// byteSize is how many bytes of key, ID and headers fill copies for m.
+func byteSize(m *handler.Message) int {
+	n := len(m.Key) + len(m.ID)
+	for k, v := range m.Headers {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// headerCount is how many record headers fill makes for m, at most.
+func headerCount(m *handler.Message) int {
+	n := len(m.Headers)
+	if m.ID != "" {
+		n += 2
+	}
+	return n
 }
 
 // PublishBatch hands every message to the producer, in order, before
@@ -147,19 +287,81 @@ func (p *producer) wait(ctx context.Context, w *waiter, topic string) error {
 // messages with the same Key keep their order in msgs. It returns nil when
 // all were confirmed, or a *[transport.BatchError]. (Concurrent Publish
 // calls keep no order between them.) The delivery timeout applies to each
-// message from its hand-over.
+// message from its hand-over; ctx ending makes every message not yet
+// confirmed an unknown outcome, as for Publish.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
+	return t.prod.publishBatch(ctx, msgs)
+}
+
+func (p *producer) publishBatch(ctx context.Context, msgs []*handler.Message) error {
 	errs := make([]error, len(msgs))
-	ws := make([]*waiter, len(msgs))
-	for i, m := range msgs {
-		ws[i], errs[i] = t.prod.send(ctx, m)
+	ws := make([]*pending, len(msgs))
+	b := &batch{done: make(chan struct{})}
+	b.left.Store(int64(len(msgs)) + 1) // +1 until every message is handed over
+	// The batch's pendings, and their bytes and headers, are three
+	// allocations, not taken from the pool nor returned to it.
+	ps := make([]pending, len(msgs))
+	nb, nh := 0, 0
+	for _, m := range msgs {
+		nb += byteSize(m)
+		nh += headerCount(m)
 	}
+	arena, hdrs := make([]byte, nb), make([]sarama.RecordHeader, nh)
 	failed := false
-	for i, w := range ws {
-		if w != nil {
-			errs[i] = t.prod.wait(ctx, w, msgs[i].Topic)
+	for i, m := range msgs {
+		w := &ps[i]
+		w.batch = b
+		n, h := byteSize(m), headerCount(m)
+		w.buf, arena = arena[:0:n], arena[n:]
+		w.hdrs, hdrs = hdrs[:0:h], hdrs[h:]
+		if err := p.send(ctx, m, w); err != nil {
+			errs[i], failed = err, true
+			b.left.Add(-1)
+			continue
 		}
-		failed = failed || errs[i] != nil
+		ws[i] = w
+	}
+	b.settled() // the +1
+	// Wait for the results, giving up on the messages of each deadline as
+	// it passes (they were handed over in deadline order), or on all of
+	// them when ctx ends.
+	next := 0 // the first message whose deadline has not passed
+	for done := false; !done; {
+		for next < len(ws) && ws[next] == nil {
+			next++
+		}
+		var expired <-chan struct{}
+		if next < len(ws) {
+			expired = ws[next].dl.c
+		}
+		select {
+		case <-b.done:
+			done = true
+		case <-expired:
+			d := ws[next].dl
+			for ; next < len(ws) && (ws[next] == nil || ws[next].dl == d); next++ {
+				if w := ws[next]; w != nil && w.state.CompareAndSwap(0, abandoned) {
+					errs[next] = fmt.Errorf("kafka: publish %s: %w: no confirmation within %s", msgs[next].Topic, transport.ErrUnknownOutcome, p.cfg.deliveryTimeout)
+					b.settled()
+				}
+			}
+		case <-ctx.Done():
+			for i, w := range ws {
+				if w != nil && w.state.CompareAndSwap(0, abandoned) {
+					errs[i] = fmt.Errorf("kafka: publish %s: %w: %w", msgs[i].Topic, transport.ErrUnknownOutcome, ctx.Err())
+					b.settled()
+				}
+			}
+			done = true
+		}
+	}
+	for i, w := range ws {
+		if w != nil && w.state.Load() == resultIn {
+			errs[i] = w.err
+		}
+	}
+	for _, err := range errs {
+		failed = failed || err != nil
 	}
 	if failed {
 		return &transport.BatchError{Errs: errs}
@@ -178,7 +380,7 @@ func (p *producer) close(ctx context.Context) error {
 	p.ap.AsyncClose()
 	p.mu.Unlock()
 	done := make(chan struct{})
-	go func() { p.done.Wait(); close(done) }()
+	go func() { p.results.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -187,35 +389,86 @@ func (p *producer) close(ctx context.Context) error {
 	}
 }
 
-// toProducerMessage maps m onto a record: Key to the record key, ID to the
-// ferry-id and _watermill_message_uuid headers, Headers to record headers.
-func toProducerMessage(m *handler.Message) *sarama.ProducerMessage {
-	pm := &sarama.ProducerMessage{Topic: m.Topic}
-	if m.Key != "" {
-		pm.Key = sarama.StringEncoder(m.Key)
-	}
-	if m.Payload != nil {
-		pm.Value = sarama.ByteEncoder(m.Payload)
-	}
-	n := len(m.Headers)
-	if m.ID != "" {
-		n += 2
-	}
-	if n > 0 {
-		hs := make([]sarama.RecordHeader, 0, n)
-		if m.ID != "" {
-			id := []byte(m.ID)
-			hs = append(hs,
-				sarama.RecordHeader{Key: []byte(transport.HeaderID), Value: id},
-				sarama.RecordHeader{Key: []byte(headerWatermillID), Value: id})
-		}
-		for k, v := range m.Headers {
-			if k == transport.HeaderID || k == headerWatermillID {
-				continue // the ID fields own these names
-			}
-			hs = append(hs, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)})
-		}
-		pm.Headers = hs
-	}
-	return pm
+// deadlines signals the delivery timeouts of many messages with a few
+// shared channels instead of a timer per message. Every message handed
+// over between two ticks of the sweeper shares one deadline, whose channel
+// closes at the first tick at least timeout after the second: between
+// timeout and timeout plus two ticks after the message's hand-over. The
+// sweeper sleeps while no message waits.
+type deadlines struct {
+	timeout time.Duration
+	tick    time.Duration
+	cur     atomic.Pointer[deadline] // the deadline of messages handed over now
+	wake    chan struct{}            // the current deadline got its first message
+	stop    chan struct{}
+	once    sync.Once
 }
+
+// deadline is the timeout shared by the messages handed over during one
+// tick: c closes when it passed.
+type deadline struct {
+	c    chan struct{}
+	used atomic.Bool
+	at   time.Time // set by the sweeper when it stops being current
+}
+
+func newDeadlines(timeout time.Duration) *deadlines {
+	d := &deadlines{
+		timeout: timeout,
+		tick:    min(max(timeout/32, time.Millisecond), 500*time.Millisecond),
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+	}
+	d.cur.Store(&deadline{c: make(chan struct{})})
+	go d.sweep()
+	return d
+}
+
+// current returns the deadline of a message handed over just now.
+func (d *deadlines) current() *deadline {
+	dl := d.cur.Load()
+	if !dl.used.Load() && dl.used.CompareAndSwap(false, true) {
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+	}
+	return dl
+}
+
+func (d *deadlines) sweep() {
+	var queue []*deadline // former current deadlines not yet passed, oldest first
+	timer := time.NewTimer(d.tick)
+	defer timer.Stop()
+	for {
+		if len(queue) == 0 && !d.cur.Load().used.Load() {
+			select { // nothing waits
+			case <-d.wake:
+			case <-d.stop:
+				return
+			}
+		}
+		timer.Reset(d.tick)
+		select {
+		case <-timer.C:
+		case <-d.stop:
+			return
+		}
+		if old := d.cur.Load(); old.used.Load() {
+			d.cur.Store(&deadline{c: make(chan struct{})})
+			// Every message of old was handed over before now.
+			old.at = time.Now().Add(d.timeout)
+			queue = append(queue, old)
+		}
+		now := time.Now()
+		for len(queue) > 0 && !queue[0].at.After(now) {
+			close(queue[0].c)
+			queue[0] = nil
+			queue = queue[1:]
+		}
+	}
+}
+
+// close stops the sweeper. Deadlines not yet passed never close: call it
+// once no message waits.
+func (d *deadlines) close() { d.once.Do(func() { close(d.stop) }) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -263,16 +264,30 @@ func (s *stream) Cleanup(sarama.ConsumerGroupSession) error { return nil }
 
 // ConsumeClaim moves one partition's records into the stream, keeping at
 // most window of them past the committed offset, and handles the
-// partition's revocation.
+// partition's revocation. Records in the window go to Receive in batches,
+// one channel operation per batch.
+//
+// When the window is full it stops reading claim.Messages, as a raw
+// consumer slower than its fetches would: sarama fetches all the
+// partitions of a broker together and waits for each to take its share,
+// so the fetches slow down to the pace of the handlers. If the window stays
+// full for half of sarama's MaxProcessingTime (a stuck or slow message at
+// its head), the partition is paused instead and what sarama had already
+// fetched for it is read into memory, so that the other partitions'
+// fetches go on; it resumes once the window has a quarter of its room
+// again. Pausing at once would be worse: sarama sleeps 100ms whenever
+// every partition it fetches is paused.
 func (s *stream) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	p := &partition{
-		s:     s,
-		sess:  sess,
-		topic: claim.Topic(),
-		id:    claim.Partition(),
-		space: make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		idle:  make(chan struct{}, 1),
+		s:      s,
+		sess:   sess,
+		topic:  claim.Topic(),
+		id:     claim.Partition(),
+		mark:   -1,
+		marked: -1,
+		space:  make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		idle:   make(chan struct{}, 1),
 	}
 	s.mu.Lock()
 	s.claimed++
@@ -281,60 +296,110 @@ func (s *stream) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.Con
 	if ready {
 		s.once.Do(func() { close(s.ready) })
 	}
-	msgs := claim.Messages()
-	ctx := sess.Context()
-	var batch []*delivery
-loop:
+	var (
+		msgs    = claim.Messages()
+		ctx     = sess.Context()
+		waiting []*sarama.ConsumerMessage // fetched; the window had no room
+		batch   []*delivery               // in the window, not yet handed to Receive
+		paused  bool
+		tp      = map[string][]int32{p.topic: {p.id}}
+		// stuck fires when the window has stayed full for grace.
+		stuck   = time.NewTimer(time.Hour)
+		grace   = s.client.Config().Consumer.MaxProcessingTime / 2
+		stuckOn bool // stuck is running
+	)
+	stuck.Stop()
+	defer stuck.Stop()
+	// Finished offsets are marked with sarama a few times per commit
+	// interval rather than on every Ack: sarama's MarkOffset takes two
+	// locks, one of them shared by the group's partitions.
+	marks := time.NewTicker(min(max(s.cfg.commitInterval/4, 5*time.Millisecond), 250*time.Millisecond))
+	defer marks.Stop()
+	// resumeAt is the room the window must have again before the claim
+	// takes more: a quarter of it, so that a full window is refilled many
+	// records at a time rather than one by one.
+	resumeAt := max(1, s.window/4)
+	defer func() {
+		if paused { // sarama keeps a pause across reassignments
+			s.cg.Resume(tp)
+		}
+	}()
 	for {
-		if !p.waitForSpace(ctx) {
-			break
+		var (
+			in     = msgs
+			out    chan<- []*delivery
+			space  <-chan struct{}
+			stuckC <-chan time.Time
+		)
+		if len(batch) > 0 {
+			out = s.out
+		}
+		if len(waiting) > 0 || paused {
+			space = p.space
+		}
+		if len(waiting) > 0 && !paused {
+			in, stuckC = nil, stuck.C // let sarama wait for us
 		}
 		select {
-		case rec, ok := <-msgs:
+		case rec, ok := <-in:
 			if !ok {
-				break loop
+				p.dropAll(len(batch))
+				p.release()
+				return nil
 			}
-			// Take what is already buffered too, up to the window, and hand
-			// it over as one batch: one channel operation per batch.
-			batch = make([]*delivery, 0, 64)
-			room := p.room()
-			for {
-				if d := p.add(rec); d != nil { // nil: poison, handled by the partition
-					batch = append(batch, d)
-				}
-				room--
-				if room <= 0 || len(batch) == cap(batch) {
-					break
-				}
+			waiting = append(waiting, rec)
+			// Take what is already buffered too, without blocking.
+		drain:
+			for range 256 {
 				select {
-				case rec, ok = <-msgs:
+				case rec, ok := <-msgs:
+					if !ok {
+						break drain // seen again by the select above
+					}
+					waiting = append(waiting, rec)
 				default:
-					ok = false
-				}
-				if !ok || rec == nil {
-					break
+					break drain
 				}
 			}
-			if len(batch) == 0 {
-				continue
-			}
-			select {
-			case s.out <- batch:
-			case <-ctx.Done():
-				p.dropAll(len(batch))
-				break loop
-			case <-s.closing:
-				p.dropAll(len(batch))
-				break loop
-			}
+		case out <- batch:
+			batch = nil
+			continue
+		case <-space:
+		case <-marks.C:
+			p.markNow()
+			continue
+		case <-stuckC:
+			s.cg.Pause(tp) // fetch the others; read what sarama holds
+			paused, stuckOn = true, false
+			continue
 		case <-ctx.Done():
-			break loop
+			p.dropAll(len(batch))
+			p.release()
+			return nil
 		case <-s.closing:
-			break loop
+			p.dropAll(len(batch))
+			p.release()
+			return nil
+		}
+		if len(waiting) > 0 {
+			n := p.admit(waiting, &batch, resumeAt)
+			clear(waiting[:n])
+			if waiting = waiting[n:]; len(waiting) == 0 {
+				waiting = nil
+				if stuckOn {
+					stuck.Stop()
+					stuckOn = false
+				}
+			} else if !paused && (n > 0 || !stuckOn) {
+				stuck.Reset(grace) // the window filled, or moved and filled again
+				stuckOn = true
+			}
+		}
+		if paused && len(waiting) == 0 && p.hasRoom(resumeAt) {
+			s.cg.Resume(tp)
+			paused = false
 		}
 	}
-	p.release()
-	return nil
 }
 
 // Receive returns the next message of any partition this member owns,
@@ -349,14 +414,6 @@ func (s *stream) Receive(ctx context.Context) (transport.Delivery, error) {
 				d.rec.p.drop()
 				continue
 			}
-			d.rec.msg.SetFacts(handler.Facts{
-				Attempt:     d.attempt,
-				Transport:   Scheme,
-				Partition:   d.rec.p.id,
-				Offset:      d.rec.offset,
-				PublishedAt: d.rec.ts,
-				ReceivedAt:  time.Now(),
-			})
 			return d, nil
 		}
 		select {
@@ -421,9 +478,11 @@ type partition struct {
 	mu       sync.Mutex
 	queue    []*record // handed out and not yet behind the commit mark
 	head     int
-	undone   int  // records in queue not finished
-	paused   bool // fetching paused because the window is full
-	revoking bool // release waits for undone to reach 0
+	undone   int   // records in queue not finished
+	need     int   // when > 0, signal space once the window has this much room
+	mark     int64 // the offset after the finished prefix, to commit
+	marked   int64 // the last mark given to sarama; only the claim touches it
+	revoking bool  // release waits for undone to reach 0
 	revoked  atomic.Bool
 
 	space chan struct{} // signalled when the window has room again
@@ -432,11 +491,11 @@ type partition struct {
 }
 
 // record is one fetched record and its place in the window. Its first
-// delivery is embedded, so the common path allocates once per record.
+// delivery is embedded, and the records admitted together are allocated
+// together.
 type record struct {
 	p       *partition
 	offset  int64
-	ts      time.Time
 	msg     handler.Message
 	done    bool // guarded by p.mu
 	attempt int  // guarded by p.mu
@@ -454,11 +513,69 @@ func (p *partition) stopping() bool {
 	}
 }
 
-// room is how many more records the window takes now.
-func (p *partition) room() int {
+// hasRoom reports whether the window has room for need more records; if
+// not, finish signals p.space once it has.
+func (p *partition) hasRoom(need int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.s.window - (len(p.queue) - p.head)
+	if p.s.window-(len(p.queue)-p.head) >= need {
+		p.need = 0
+		return true
+	}
+	p.need = need
+	return false
+}
+
+// admit enters the first records of recs in the window, as many as it has
+// room for, and appends their first deliveries to batch (a poison record
+// is dead-lettered and finished by the partition itself instead). It
+// returns how many it took. When it could not take them all, finish
+// signals p.space once the window has room for need more, or for all the
+// rest if fewer.
+func (p *partition) admit(recs []*sarama.ConsumerMessage, batch *[]*delivery, need int) (taken int) {
+	now := time.Now()
+	p.mu.Lock()
+	taken = max(0, min(p.s.window-(len(p.queue)-p.head), len(recs)))
+	p.need = min(need, len(recs)-taken) // 0 when all were taken
+	p.mu.Unlock()
+	if taken == 0 {
+		return 0
+	}
+	rs := make([]record, taken)    // one allocation for the lot
+	strs := newArena(recs[:taken]) // and one for their keys and IDs
+	type bad struct {
+		i   int
+		err error
+	}
+	var poison []bad
+	for i, cm := range recs[:taken] {
+		r := &rs[i]
+		r.p, r.offset, r.attempt = p, cm.Offset, 1
+		r.first.rec, r.first.attempt = r, 1
+		if err := decodeWith(cm, &r.msg, strs.str); err != nil {
+			poison = append(poison, bad{i, err})
+			continue
+		}
+		r.msg.SetFacts(handler.Facts{
+			Attempt:     1,
+			Transport:   Scheme,
+			Partition:   p.id,
+			Offset:      cm.Offset,
+			PublishedAt: cm.Timestamp,
+			ReceivedAt:  now,
+		})
+		*batch = append(*batch, &r.first)
+	}
+	p.mu.Lock()
+	for i := range rs {
+		p.queue = append(p.queue, &rs[i])
+	}
+	p.undone += taken
+	p.mu.Unlock()
+	for _, b := range poison {
+		go p.s.deadLetterPoison(p, &rs[b.i], recs[b.i], b.err)
+	}
+	return taken
 }
 
 // dropAll drops n records that were never handed over.
@@ -479,57 +596,6 @@ func (p *partition) drop() {
 	if idle {
 		notify(p.idle)
 	}
-}
-
-// waitForSpace blocks while the window is full, pausing the partition's
-// fetches meanwhile. It reports false when the session or stream ended.
-func (p *partition) waitForSpace(ctx context.Context) bool {
-	p.mu.Lock()
-	if len(p.queue)-p.head < p.s.window {
-		p.mu.Unlock()
-		return true
-	}
-	p.paused = true
-	p.mu.Unlock()
-	tp := map[string][]int32{p.topic: {p.id}}
-	p.s.cg.Pause(tp)
-	defer p.s.cg.Resume(tp)
-	for {
-		select {
-		case <-p.space:
-			p.mu.Lock()
-			ok := len(p.queue)-p.head < p.s.window
-			if ok {
-				p.paused = false
-			}
-			p.mu.Unlock()
-			if ok {
-				return true
-			}
-		case <-ctx.Done():
-			return false
-		case <-p.s.closing:
-			return false
-		}
-	}
-}
-
-// add enters rec in the window and returns its first delivery, or nil if
-// the record is poison (then it is dead-lettered and finished by the
-// partition itself).
-func (p *partition) add(cm *sarama.ConsumerMessage) *delivery {
-	r := &record{p: p, offset: cm.Offset, ts: cm.Timestamp, attempt: 1}
-	r.first.rec, r.first.attempt = r, 1
-	err := decode(cm, &r.msg)
-	p.mu.Lock()
-	p.queue = append(p.queue, r)
-	p.undone++
-	p.mu.Unlock()
-	if err != nil {
-		go p.s.deadLetterPoison(p, r, cm, err)
-		return nil
-	}
-	return &r.first
 }
 
 // finish marks r finished and advances the commit mark over the
@@ -556,9 +622,12 @@ func (p *partition) finish(r *record) error {
 		p.queue, p.head = p.queue[:n], 0
 	}
 	if mark >= 0 {
-		p.sess.MarkOffset(p.topic, p.id, mark, "")
+		p.mark = mark // marked with sarama by the claim's ticker, or on release
 	}
-	signalSpace := p.paused && len(p.queue)-p.head < p.s.window
+	signalSpace := p.need > 0 && p.s.window-(len(p.queue)-p.head) >= p.need
+	if signalSpace {
+		p.need = 0
+	}
 	signalIdle := p.revoking && p.undone == 0
 	p.mu.Unlock()
 	if signalSpace {
@@ -600,7 +669,20 @@ func (p *partition) release() {
 	p.mu.Lock()
 	p.revoked.Store(true)
 	p.mu.Unlock()
+	p.markNow()
 	p.sess.Commit()
+}
+
+// markNow hands the commit mark to sarama, which commits it with the next
+// OffsetCommit. Only the claim's goroutine calls it.
+func (p *partition) markNow() {
+	p.mu.Lock()
+	mark := p.mark
+	p.mu.Unlock()
+	if mark > p.marked {
+		p.sess.MarkOffset(p.topic, p.id, mark, "")
+		p.marked = mark
+	}
 }
 
 // errSettleClosed is returned by Ack and Nack after Stream.Close.
@@ -673,6 +755,14 @@ func (d *delivery) Nack(_ context.Context, delay time.Duration) error {
 				return
 			}
 		}
+		r.msg.SetFacts(handler.Facts{
+			Attempt:     next.attempt,
+			Transport:   Scheme,
+			Partition:   p.id,
+			Offset:      r.offset,
+			PublishedAt: r.msg.Facts().PublishedAt,
+			ReceivedAt:  time.Now(),
+		})
 		select {
 		case p.s.out <- []*delivery{next}:
 		case <-p.stop:
@@ -688,32 +778,37 @@ func (d *delivery) Nack(_ context.Context, delay time.Duration) error {
 // to Headers. A header name that is not UTF-8, or a header repeated with
 // different values, makes the record poison.
 func decode(cm *sarama.ConsumerMessage, m *handler.Message) error {
+	return decodeWith(cm, m, func(b []byte) string { return string(b) })
+}
+
+// decodeWith is decode with str making the Key and ID strings.
+func decodeWith(cm *sarama.ConsumerMessage, m *handler.Message, str func([]byte) string) error {
 	m.Topic = cm.Topic
 	if cm.Key != nil {
-		m.Key = string(cm.Key)
+		m.Key = str(cm.Key)
 	}
 	m.Payload = cm.Value
-	var wmID string
+	var wmID []byte
 	for _, h := range cm.Headers {
 		if h == nil {
 			continue
 		}
-		k := string(h.Key)
-		if !utf8.ValidString(k) {
-			return fmt.Errorf("kafka: header name %q is not UTF-8", k)
+		if !utf8.Valid(h.Key) {
+			return fmt.Errorf("kafka: header name %q is not UTF-8", h.Key)
 		}
-		v := string(h.Value)
-		switch k {
+		switch string(h.Key) { // compared without a copy
 		case transport.HeaderID:
-			if m.ID != "" && m.ID != v {
-				return fmt.Errorf("kafka: header %s repeated with different values", k)
+			if m.ID == "" {
+				m.ID = str(h.Value)
+			} else if m.ID != string(h.Value) {
+				return fmt.Errorf("kafka: header %s repeated with different values", h.Key)
 			}
-			m.ID = v
 			continue
 		case headerWatermillID:
-			wmID = v
+			wmID = h.Value // copied only if there is no ferry-id
 			continue
 		}
+		k, v := string(h.Key), string(h.Value)
 		if m.Headers == nil {
 			m.Headers = make(map[string]string, len(cm.Headers))
 		}
@@ -722,8 +817,58 @@ func decode(cm *sarama.ConsumerMessage, m *handler.Message) error {
 		}
 		m.Headers[k] = v
 	}
-	if m.ID == "" {
-		m.ID = wmID
+	if m.ID == "" && len(wmID) > 0 {
+		m.ID = str(wmID)
 	}
 	return nil
+}
+
+// arena makes the Key and ID strings of a run of records from one
+// allocation: newArena lays out their bytes in the order decodeWith asks
+// for them (each record's key, then its ID), and str hands out the next
+// piece, or copies b if it is not the next piece.
+type arena struct {
+	s   string
+	off int
+}
+
+func newArena(recs []*sarama.ConsumerMessage) *arena {
+	n := 0
+	for _, cm := range recs {
+		n += len(cm.Key) + len(idBytes(cm))
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, cm := range recs {
+		b.Write(cm.Key)
+		b.Write(idBytes(cm))
+	}
+	return &arena{s: b.String()}
+}
+
+func (a *arena) str(b []byte) string {
+	if end := a.off + len(b); end <= len(a.s) && a.s[a.off:end] == string(b) {
+		s := a.s[a.off:end]
+		a.off = end
+		return s
+	}
+	return string(b)
+}
+
+// idBytes is the value decode takes the ID from: the first ferry-id
+// header, else the last _watermill_message_uuid.
+func idBytes(cm *sarama.ConsumerMessage) []byte {
+	var wm []byte
+	for _, h := range cm.Headers {
+		if h == nil {
+			continue
+		}
+		switch string(h.Key) {
+		case transport.HeaderID:
+			return h.Value
+		case headerWatermillID:
+			wm = h.Value
+		}
+	}
+	return wm
 }
