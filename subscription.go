@@ -36,7 +36,12 @@ type subscription struct {
 	perKey     bool
 	handlerCtx context.Context // the Router's handler context plus Semantics
 
-	slots  chan struct{} // one token per unsettled delivery held
+	// inFlight counts the deliveries held unsettled; intake waits on
+	// room while it is at cfg.maxInFlight. Workers signal room only when
+	// they take the count below the bound, so the common path is one
+	// atomic add on each side and no channel operation.
+	inFlight atomic.Int64
+	room     chan struct{}
 	tasks  chan transport.Delivery
 	seed   maphash.Seed
 	shards [shardCount]keyShard
@@ -96,7 +101,7 @@ func (s *subscription) open(ctx context.Context) error {
 
 func (s *subscription) start(intakeCtx, handlerCtx context.Context) {
 	s.handlerCtx = transport.ContextWithSemantics(handlerCtx, s.semantics)
-	s.slots = make(chan struct{}, s.cfg.maxInFlight)
+	s.room = make(chan struct{}, 1)
 	s.tasks = make(chan transport.Delivery, s.cfg.concurrency)
 	s.seed = maphash.MakeSeed()
 	for i := range s.shards {
@@ -122,14 +127,12 @@ func (s *subscription) receive(ctx context.Context) {
 	defer close(s.tasks)
 	backoff := time.Duration(0)
 	for {
-		select {
-		case s.slots <- struct{}{}:
-		case <-ctx.Done():
+		if !s.acquire(ctx) {
 			return
 		}
 		d, err := s.stream.Receive(ctx)
 		if err != nil {
-			<-s.slots
+			s.release()
 			if ctx.Err() != nil {
 				return
 			}
@@ -275,7 +278,34 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 		f.Attempt++
 		m.SetFacts(f)
 	}
-	<-s.slots
+	s.release()
+}
+
+// acquire takes an in-flight slot, waiting while the bound is reached. It
+// reports false when ctx ended first. Only the intake loop calls it.
+func (s *subscription) acquire(ctx context.Context) bool {
+	limit := int64(s.cfg.maxInFlight)
+	for s.inFlight.Load() >= limit {
+		select {
+		case <-s.room:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	s.inFlight.Add(1)
+	return true
+}
+
+// release gives a slot back, waking the intake loop if it took the count
+// below the bound. A wake-up the intake loop did not wait for stays in
+// room; the loop then rechecks the count and waits again.
+func (s *subscription) release() {
+	if s.inFlight.Add(-1) == int64(s.cfg.maxInFlight)-1 {
+		select {
+		case s.room <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (s *subscription) call(ctx context.Context, m *handler.Message) (err error) {
@@ -320,11 +350,11 @@ func (s *subscription) abandon() (int, []string) {
 		select {
 		case d, ok := <-s.tasks:
 			if !ok {
-				return len(s.slots), ids
+				return int(s.inFlight.Load()), ids
 			}
 			add(d)
 		default:
-			return len(s.slots), ids
+			return int(s.inFlight.Load()), ids
 		}
 	}
 }
