@@ -15,14 +15,20 @@ import (
 	"github.com/ferrymq/ferry/transport"
 )
 
-// subscription is one running subscription: a receive loop that feeds a
-// bounded set of workers, with per-key sequencing when ordered.
+// subscription is one running subscription: a bounded set of workers that
+// take turns at the stream (leader/followers), with per-key sequencing when
+// ordered.
 //
-// The per-message path takes no Router-wide lock: the in-flight bound is a
-// buffered channel, and per-key state lives in 64 independently locked
-// shards chosen by a hash of the key. A worker that finishes a message of a
-// busy key takes the key's next message itself, so a key's messages run back
-// to back on one worker while other keys run on the others.
+// One worker at a time holds the intake: it receives the next delivery,
+// files it behind its key if the key is busy, lets the intake go, and
+// handles the delivery itself. Deliveries are therefore taken in broker
+// order and no goroutine hand-off happens on the common path: the worker
+// that received a message runs it. The per-message path takes no lock
+// shared by all messages except the intake turn: the in-flight bound is an
+// atomic counter, and per-key state lives in 64 independently locked
+// shards chosen by a hash of the key. A worker that finishes a message of
+// a busy key takes the key's next message itself, so a key's messages run
+// back to back while other keys run on the other workers.
 type subscription struct {
 	name       string
 	subscriber transport.Subscriber
@@ -42,9 +48,15 @@ type subscription struct {
 	// atomic add on each side and no channel operation.
 	inFlight atomic.Int64
 	room     chan struct{}
-	tasks  chan transport.Delivery
-	seed   maphash.Seed
-	shards [shardCount]keyShard
+	seed     maphash.Seed
+	shards   [shardCount]keyShard
+
+	// intake is the turn at the stream. The fields below it are guarded
+	// by it.
+	intake    sync.Mutex
+	intakeCtx context.Context
+	stopped   bool          // intake ended: the workers finish their chains and return
+	backoff   time.Duration // after a failed Receive
 
 	workers   []worker
 	wg        sync.WaitGroup
@@ -102,61 +114,67 @@ func (s *subscription) open(ctx context.Context) error {
 func (s *subscription) start(intakeCtx, handlerCtx context.Context) {
 	s.handlerCtx = transport.ContextWithSemantics(handlerCtx, s.semantics)
 	s.room = make(chan struct{}, 1)
-	s.tasks = make(chan transport.Delivery, s.cfg.concurrency)
+	s.intakeCtx = intakeCtx
 	s.seed = maphash.MakeSeed()
 	for i := range s.shards {
 		s.shards[i].busy = make(map[string]*keyQueue)
 	}
 	s.workers = make([]worker, s.cfg.concurrency)
-	s.wg.Add(1 + len(s.workers))
+	s.wg.Add(len(s.workers))
 	for i := range s.workers {
 		w := &s.workers[i]
 		w.ctx, w.cancel = context.WithCancel(s.handlerCtx)
 		go s.work(w)
 	}
-	go s.receive(intakeCtx)
 }
 
-// wait blocks until the receive loop and every worker have returned.
+// wait blocks until every worker has returned.
 func (s *subscription) wait() { s.wg.Wait() }
 
-// receive is the intake loop: one per stream, so deliveries reach the
-// workers in broker order.
-func (s *subscription) receive(ctx context.Context) {
-	defer s.wg.Done()
-	defer close(s.tasks)
-	backoff := time.Duration(0)
-	for {
+// receive takes the intake turn and returns the next delivery this worker
+// should handle, or nil once intake has stopped (ctx ended, or the stream
+// closed). A delivery filed behind its busy key is not returned: the worker
+// handling that key takes it in turn.
+func (s *subscription) receive() transport.Delivery {
+	s.intake.Lock()
+	defer s.intake.Unlock()
+	ctx := s.intakeCtx
+	for !s.stopped {
 		if !s.acquire(ctx) {
-			return
+			s.stopped = true
+			break
 		}
 		d, err := s.stream.Receive(ctx)
 		if err != nil {
 			s.release()
 			if ctx.Err() != nil {
-				return
+				s.stopped = true
+				break
 			}
 			if errors.Is(err, transport.ErrClosed) {
 				s.log.Error("ferry: stream closed under the router", "err", err)
-				return
+				s.stopped = true
+				break
 			}
-			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
-			s.log.Warn("ferry: receive failed; retrying", "err", err, "backoff", backoff)
+			s.backoff = min(max(2*s.backoff, 50*time.Millisecond), 5*time.Second)
+			s.log.Warn("ferry: receive failed; retrying", "err", err, "backoff", s.backoff)
+			t := time.NewTimer(s.backoff)
 			select {
-			case <-time.After(backoff):
+			case <-t.C:
 			case <-ctx.Done():
-				return
+				t.Stop()
 			}
 			continue
 		}
-		backoff = 0
+		s.backoff = 0
 		if s.perKey {
 			if key := d.Message().Key; key != "" && s.enqueueIfBusy(key, d) {
 				continue
 			}
 		}
-		s.tasks <- d
+		return d
 	}
+	return nil
 }
 
 func (s *subscription) shard(key string) *keyShard {
@@ -206,7 +224,11 @@ func (s *subscription) next(key string) transport.Delivery {
 func (s *subscription) work(w *worker) {
 	defer s.wg.Done()
 	defer w.cancel()
-	for d := range s.tasks {
+	for {
+		d := s.receive()
+		if d == nil {
+			return
+		}
 		for d != nil {
 			key := d.Message().Key
 			s.process(w, d)
@@ -346,15 +368,5 @@ func (s *subscription) abandon() (int, []string) {
 		}
 		sh.mu.Unlock()
 	}
-	for {
-		select {
-		case d, ok := <-s.tasks:
-			if !ok {
-				return int(s.inFlight.Load()), ids
-			}
-			add(d)
-		default:
-			return int(s.inFlight.Load()), ids
-		}
-	}
+	return int(s.inFlight.Load()), ids
 }
