@@ -16,12 +16,6 @@ import (
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
-// postgresURL is the database the tests use: $FERRY_POSTGRES_URL, or the
-// local one (trust authentication, database test).
-func postgresURL() string {
-	return testenv.PostgresURL()
-}
-
 func pool(tb testing.TB) *pgxpool.Pool {
 	return testenv.Postgres(tb, 20)
 }

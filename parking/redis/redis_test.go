@@ -14,11 +14,6 @@ import (
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
-// redisURL is the server the tests use: $FERRY_REDIS_URL, or the local one.
-func redisURL() string {
-	return testenv.RedisURL()
-}
-
 func client(tb testing.TB) *goredis.Client {
 	return testenv.Redis(tb)
 }
