@@ -85,8 +85,7 @@ type worker struct {
 	// with an uncontended parent rather than one shared by every worker.
 	ctx    context.Context
 	cancel context.CancelFunc
-	mu     sync.Mutex
-	cur    transport.Delivery // the delivery being handled, for abandonment reports
+	cur    atomic.Pointer[handler.Message] // the message being handled, for abandonment reports
 	_      [32]byte
 }
 
@@ -259,13 +258,9 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 		if s.abandoned.Load() {
 			return
 		}
-		w.mu.Lock()
-		w.cur = d
-		w.mu.Unlock()
+		w.cur.Store(m)
 		err := s.call(w.ctx, m)
-		w.mu.Lock()
-		w.cur = nil
-		w.mu.Unlock()
+		w.cur.Store(nil)
 		if s.abandoned.Load() {
 			return
 		}
@@ -352,9 +347,9 @@ func (s *subscription) abandon() (int, []string) {
 	}
 	for i := range s.workers {
 		w := &s.workers[i]
-		w.mu.Lock()
-		add(w.cur)
-		w.mu.Unlock()
+		if m := w.cur.Load(); m != nil && len(ids) < 100 {
+			ids = append(ids, m.ID)
+		}
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
