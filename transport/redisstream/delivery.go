@@ -54,14 +54,10 @@ func (d *delivery) Ack(ctx context.Context) error {
 	s := d.s
 	d.sh.active.Add(-1)
 	defer s.finish(d)
-	select {
-	case s.acks <- ackReq{sh: d.sh, id: d.id}:
-		return nil
-	case <-s.closing:
+	if !s.queueAck(d.sh, d.id) {
 		return fmt.Errorf("redisstream: ack %s: %w", d.id, transport.ErrClosed)
-	case <-ctx.Done():
-		return fmt.Errorf("redisstream: ack %s: %w", d.id, ctx.Err())
 	}
+	return nil
 }
 
 // Nack leaves the entry pending and makes it claimable after delay: the

@@ -72,8 +72,15 @@ type stream struct {
 	nextReclaim atomic.Int64 // unix nanos; Nack pulls it earlier
 	wake        chan struct{}
 
-	acks    chan ackReq
-	flushes chan chan struct{}
+	// Acks queue here, per shard, under ackMu; ackWake wakes the ack loop
+	// when a batch starts and when it reaches Count, so that a fast
+	// consumer costs one wake-up per XACK, not one per message.
+	ackMu     sync.Mutex
+	ackPend   map[*shard][]string
+	ackN      int
+	ackClosed bool // the loop made its final flush: acks are refused
+	ackWake   chan struct{}
+	flushes   chan chan struct{}
 
 	mu      sync.Mutex
 	batches map[*batch]struct{}
@@ -89,11 +96,6 @@ type stream struct {
 type fetchResult struct {
 	ds  []*delivery
 	err error
-}
-
-type ackReq struct {
-	sh *shard
-	id string
 }
 
 // batch is the deliveries of one read, allocated together. It stays in the
@@ -114,7 +116,8 @@ func newStream(t *Transport, sub transport.Subscription, cfg ConsumeOptions) *st
 		cfg:      cfg,
 		byKey:    make(map[string]*shard),
 		wake:     make(chan struct{}, 1),
-		acks:     make(chan ackReq, 4096),
+		ackPend:  make(map[*shard][]string),
+		ackWake:  make(chan struct{}, 1),
 		flushes:  make(chan chan struct{}),
 		batches:  make(map[*batch]struct{}),
 		closing:  make(chan struct{}),
@@ -596,41 +599,66 @@ func (s *stream) refresh(ctx context.Context, sh *shard, ids []string, idles []i
 // one of a batch, unless count IDs arrive sooner.
 const ackLinger = 2 * time.Millisecond
 
+// queueAck queues id for the next XACK of sh. It reports false once the
+// ack loop has made its final flush (the stream is closed).
+func (s *stream) queueAck(sh *shard, id string) bool {
+	s.ackMu.Lock()
+	if s.ackClosed {
+		s.ackMu.Unlock()
+		return false
+	}
+	s.ackPend[sh] = append(s.ackPend[sh], id)
+	s.ackN++
+	n := s.ackN
+	s.ackMu.Unlock()
+	if n == 1 || n == s.cfg.Count {
+		select {
+		case s.ackWake <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
 // ackLoop coalesces acks: from the first ack it collects for up to
 // ackLinger or count IDs, whichever comes first, and sends one XACK per
 // stream with all their IDs (pipelined when there are several streams).
 func (s *stream) ackLoop() {
 	defer s.bg.Done()
-	pend := make(map[*shard][]string)
-	n := 0
-	add := func(r ackReq) {
-		pend[r.sh] = append(pend[r.sh], r.id)
-		n++
+	spare := make(map[*shard][]string)
+	pending := func() int {
+		s.ackMu.Lock()
+		defer s.ackMu.Unlock()
+		return s.ackN
 	}
-	flush := func() {
-		if n == 0 {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		var err error
-		if len(pend) == 1 {
-			for sh, ids := range pend {
-				err = s.c.XAck(ctx, sh.key, s.group, ids...).Err()
-			}
-		} else {
-			_, err = s.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+	flush := func(final bool) {
+		s.ackMu.Lock()
+		pend, n := s.ackPend, s.ackN
+		s.ackPend, s.ackN = spare, 0
+		s.ackClosed = final
+		s.ackMu.Unlock()
+		if n > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			var err error
+			if len(pend) == 1 {
 				for sh, ids := range pend {
-					if len(ids) > 0 {
-						p.XAck(ctx, sh.key, s.group, ids...)
-					}
+					err = s.c.XAck(ctx, sh.key, s.group, ids...).Err()
 				}
-				return nil
-			})
-		}
-		if err != nil {
-			s.log.Warn("redisstream: XACK failed; the entries stay pending and will be redelivered",
-				"topic", s.topic, "group", s.group, "count", n, "err", err)
+			} else {
+				_, err = s.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+					for sh, ids := range pend {
+						if len(ids) > 0 {
+							p.XAck(ctx, sh.key, s.group, ids...)
+						}
+					}
+					return nil
+				})
+			}
+			cancel()
+			if err != nil {
+				s.log.Warn("redisstream: XACK failed; the entries stay pending and will be redelivered",
+					"topic", s.topic, "group", s.group, "count", n, "err", err)
+			}
 		}
 		for sh, ids := range pend {
 			if cap(ids) > 4096 {
@@ -639,61 +667,45 @@ func (s *stream) ackLoop() {
 				pend[sh] = ids[:0]
 			}
 		}
-		n = 0
-	}
-	drain := func() {
-		for {
-			select {
-			case r := <-s.acks:
-				add(r)
-				if n >= 2048 {
-					flush()
-				}
-			default:
-				return
-			}
-		}
+		spare = pend
 	}
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	for {
 		select {
-		case r := <-s.acks:
-			add(r)
-			drain()
-			if n >= s.cfg.Count {
-				flush()
-				continue
-			}
-			// Wait a little for more, so that a fast consumer sends one
-			// XACK per batch rather than one per message.
-			linger.Reset(ackLinger)
-		collect:
-			for n < s.cfg.Count {
-				select {
-				case r := <-s.acks:
-					add(r)
-				case <-linger.C:
-					break collect
-				case f := <-s.flushes:
-					drain()
-					flush()
-					close(f)
-				case <-s.closing:
-					drain()
-					flush()
-					return
+		case <-s.ackWake:
+			if pending() < s.cfg.Count {
+				// Wait a little for more, so that a fast consumer sends one
+				// XACK per batch rather than one per message.
+				linger.Reset(ackLinger)
+			collect:
+				for {
+					select {
+					case <-linger.C:
+						break collect
+					case <-s.ackWake:
+						if pending() >= s.cfg.Count {
+							linger.Stop()
+							break collect
+						}
+					case f := <-s.flushes:
+						linger.Stop()
+						flush(false)
+						close(f)
+						break collect
+					case <-s.closing:
+						linger.Stop()
+						flush(true)
+						return
+					}
 				}
 			}
-			linger.Stop()
-			flush()
+			flush(false)
 		case f := <-s.flushes:
-			drain()
-			flush()
+			flush(false)
 			close(f)
 		case <-s.closing:
-			drain()
-			flush()
+			flush(true)
 			return
 		}
 	}
