@@ -23,7 +23,8 @@ import (
 type remoteLot struct {
 	parking.Lot
 	snapshots atomic.Int32
-	failNext  atomic.Int32 // fail this many calls of any kind
+	failNext  atomic.Int32  // fail this many calls of any kind
+	latency   time.Duration // a round trip added to each Snapshot
 }
 
 var errLotDown = errors.New("lot: connection refused")
@@ -39,6 +40,9 @@ func (l *remoteLot) Snapshot(ctx context.Context, sub string, known int64) (int6
 	l.snapshots.Add(1)
 	if err := l.down(); err != nil {
 		return 0, nil, false, err
+	}
+	if l.latency > 0 {
+		time.Sleep(l.latency)
 	}
 	return l.Lot.Snapshot(ctx, sub, known)
 }
@@ -158,7 +162,9 @@ func TestPark_keylessToDLQKeyedParks(t *testing.T) {
 func TestPark_freshLookup(t *testing.T) {
 	b := newBroker(t)
 	inner := parkmem.New()
-	lot := &remoteLot{Lot: inner}
+	// A remote lot's snapshot takes a round trip; messages that arrive
+	// meanwhile must share the read in flight rather than start their own.
+	lot := &remoteLot{Lot: inner, latency: time.Millisecond}
 	const topic, name = "orders", "inventory"
 	var handled atomic.Int32
 	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
