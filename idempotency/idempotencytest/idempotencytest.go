@@ -3,9 +3,7 @@ package idempotencytest
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/idempotency"
+	"github.com/ferrymq/ferry/internal/routertest"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/memory"
 )
@@ -88,61 +87,21 @@ func Order(topic, id, orderID string) *handler.Message {
 
 // NewBroker returns a memory broker closed with the test.
 func NewBroker(tb testing.TB) *memory.Broker {
-	tb.Helper()
-	b := memory.New(memory.Partitions(4))
-	tb.Cleanup(func() { _ = b.Close(context.Background()) })
-	return b
+	return routertest.NewBroker(tb, 4)
 }
 
 // Publish publishes msgs, failing tb on an error.
 func Publish(tb testing.TB, p transport.Publisher, msgs ...*handler.Message) {
 	tb.Helper()
-	for _, m := range msgs {
-		if err := p.Publish(context.Background(), m); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	routertest.Publish(tb, p, msgs...)
 }
 
 // Run runs h on topic as subscription (and group) name through a real
 // Router until the test ends or the returned stop is called.
 func Run(tb testing.TB, b transport.Subscriber, name, topic string, h handler.Handler, opts ...ferry.SubscriptionOption) (stop func()) {
 	tb.Helper()
-	r, err := ferry.NewRouter(ferry.WithLogger(slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sub := transport.Subscription{Topic: topic, Group: name, StartAtOldest: true}
-	if err := r.Add(name, b, sub, h, opts...); err != nil {
-		tb.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	select {
-	case <-r.Ready():
-	case err := <-done:
-		tb.Fatalf("Run returned early: %v", err)
-	case <-time.After(10 * time.Second):
-		tb.Fatal("router not ready")
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = r.Close(ctx)
-			<-done
-		})
-	}
-	tb.Cleanup(stop)
-	return stop
-}
-
-type tbWriter struct{ tb testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.tb.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
+	s := routertest.Run(tb, b, name, topic, h, opts...)
+	return func() { _ = s() }
 }
 
 // Lag returns how many messages of topic the group has not acked.

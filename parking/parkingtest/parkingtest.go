@@ -3,7 +3,6 @@ package parkingtest
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/routertest"
 	"github.com/ferrymq/ferry/parking"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/memory"
@@ -110,62 +110,26 @@ func abbreviate(s []int) string {
 
 // newBroker returns a memory broker closed with the test.
 func newBroker(tb testing.TB) *memory.Broker {
-	tb.Helper()
-	b := memory.New(memory.Partitions(8))
-	tb.Cleanup(func() { _ = b.Close(context.Background()) })
-	return b
+	return routertest.NewBroker(tb, 8)
 }
 
 func publish(tb testing.TB, p transport.Publisher, msgs ...*handler.Message) {
 	tb.Helper()
-	for _, m := range msgs {
-		if err := p.Publish(context.Background(), m); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	routertest.Publish(tb, p, msgs...)
 }
 
 // runRouter runs h on topic as subscription (and group) name through a
 // real Router until the test ends or stop is called.
 func runRouter(tb testing.TB, b transport.Subscriber, name, topic string, h handler.Handler, opts ...ferry.SubscriptionOption) (stop func()) {
 	tb.Helper()
-	r, err := ferry.NewRouter(ferry.WithLogger(slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sub := transport.Subscription{Topic: topic, Group: name, StartAtOldest: true}
-	if err := r.Add(name, b, sub, h, opts...); err != nil {
-		tb.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	select {
-	case <-r.Ready():
-	case err := <-done:
-		tb.Fatalf("Run returned early: %v", err)
-	case <-time.After(10 * time.Second):
-		tb.Fatal("router not ready")
-	}
-	var once sync.Once
+	s := routertest.Run(tb, b, name, topic, h, opts...)
 	stop = func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := r.Close(ctx); err != nil {
-				tb.Errorf("router close: %v", err)
-			}
-			<-done
-		})
+		if err := s(); err != nil {
+			tb.Errorf("router close: %v", err)
+		}
 	}
 	tb.Cleanup(stop)
 	return stop
-}
-
-type tbWriter struct{ tb testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.tb.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }
 
 // waitFor polls cond until it holds, failing tb after timeout.
