@@ -4,11 +4,12 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ferrymq/ferry/internal/pgschema"
 )
 
 // DefaultTable is the outbox table used without [Table].
@@ -21,10 +22,8 @@ const DefaultTable = "ferry_outbox"
 //go:embed schema.sql
 var SchemaSQL string
 
-var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*$`)
-
 func checkTable(table string) error {
-	if !tableName.MatchString(table) || len(table) > 120 {
+	if !pgschema.Name.MatchString(table) || len(table) > 120 {
 		return fmt.Errorf("%w: table %q: want [schema.]name in lower case", ErrInvalidOption, table)
 	}
 	return nil
@@ -75,25 +74,7 @@ func Migrate(ctx context.Context, db Migrator, table string) error {
 	if err != nil {
 		return err
 	}
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("outbox: migrate %s: %w", table, err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	// Serialise concurrent migrations of the same table: CREATE ... IF NOT
-	// EXISTS races on the catalog otherwise.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, tableLockID(table)); err != nil {
-		return fmt.Errorf("outbox: migrate %s: %w", table, err)
-	}
-	for _, stmt := range strings.Split(ddl, ";") {
-		if strings.TrimSpace(stmt) == "" {
-			continue
-		}
-		if _, err := tx.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return fmt.Errorf("outbox: migrate %s: %w", table, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := pgschema.Apply(ctx, db, "ferry-outbox:"+table, ddl); err != nil {
 		return fmt.Errorf("outbox: migrate %s: %w", table, err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ferrymq/ferry/idempotency"
+	"github.com/ferrymq/ferry/internal/pgschema"
 )
 
 // DefaultLockWait is how long a transactional claim waits for another open
@@ -126,7 +127,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		cfg.failf("nil DB")
 	}
-	if !tableName.MatchString(cfg.table) {
+	if !pgschema.Name.MatchString(cfg.table) {
 		cfg.failf("Table(%q): want [schema.]name in lower case", cfg.table)
 	}
 	if cfg.err != nil {

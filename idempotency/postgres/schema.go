@@ -4,10 +4,9 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"regexp"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/ferrymq/ferry/internal/pgschema"
 )
 
 // DefaultTable is the table of a Store without [Table].
@@ -20,15 +19,13 @@ const DefaultTable = "ferry_idempotency"
 //go:embed schema.sql
 var SchemaSQL string
 
-var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*$`)
-
 // Schema returns the statements that create the records table called
 // table ("name" or "schema.name", lower-case letters, digits and '_'),
 // version 1. Every statement is idempotent (IF NOT EXISTS), so running
 // them again on a migrated database changes nothing. For DefaultTable it is
 // SchemaSQL without its leading comment lines.
 func Schema(table string) (string, error) {
-	if !tableName.MatchString(table) {
+	if !pgschema.Name.MatchString(table) {
 		return "", fmt.Errorf("%w: table %q: want [schema.]name in lower case", ErrInvalidOption, table)
 	}
 	base := table[strings.LastIndexByte(table, '.')+1:]
@@ -61,20 +58,7 @@ func Migrate(ctx context.Context, db DB, table string) error {
 	if err != nil {
 		return err
 	}
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("idempotency/postgres: migrate %s: %w", table, err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	for _, stmt := range strings.Split(ddl, ";") {
-		if strings.TrimSpace(stmt) == "" {
-			continue
-		}
-		if _, err := tx.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return fmt.Errorf("idempotency/postgres: migrate %s: %w", table, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := pgschema.Apply(ctx, db, "ferry-idempotency:"+table, ddl); err != nil {
 		return fmt.Errorf("idempotency/postgres: migrate %s: %w", table, err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/pgschema"
 	"github.com/ferrymq/ferry/parking"
 )
 
@@ -70,7 +71,7 @@ func New(db DB, opts ...Option) (*Lot, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: New needs a database", ErrInvalidOption)
 	}
-	if !prefixName.MatchString(cfg.prefix) {
+	if !pgschema.Name.MatchString(cfg.prefix) {
 		return nil, fmt.Errorf("%w: table prefix %q: want [schema.]name in lower case", ErrInvalidOption, cfg.prefix)
 	}
 	p := cfg.prefix

@@ -4,10 +4,9 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"regexp"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/ferrymq/ferry/internal/pgschema"
 )
 
 // DefaultTables is the table prefix of a Lot without [Tables].
@@ -20,8 +19,6 @@ const DefaultTables = "ferry_parking"
 //go:embed schema.sql
 var SchemaSQL string
 
-var prefixName = regexp.MustCompile(`^([a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*$`)
-
 // Schema returns the statements that create the lot's four tables with
 // the given prefix ("name" or "schema.name", lower-case letters, digits
 // and '_'): <prefix>_keys, <prefix>_messages, <prefix>_versions and
@@ -29,7 +26,7 @@ var prefixName = regexp.MustCompile(`^([a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*$`)
 // idempotent (IF NOT EXISTS). For DefaultTables it is SchemaSQL without
 // its comment lines.
 func Schema(prefix string) (string, error) {
-	if !prefixName.MatchString(prefix) {
+	if !pgschema.Name.MatchString(prefix) {
 		return "", fmt.Errorf("%w: table prefix %q: want [schema.]name in lower case", ErrInvalidOption, prefix)
 	}
 	base := prefix[strings.LastIndexByte(prefix, '.')+1:]
@@ -62,20 +59,7 @@ func Migrate(ctx context.Context, db DB, prefix string) error {
 	if err != nil {
 		return err
 	}
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("parking/postgres: migrate %s: %w", prefix, err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	for _, stmt := range strings.Split(ddl, ";") {
-		if strings.TrimSpace(stmt) == "" {
-			continue
-		}
-		if _, err := tx.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return fmt.Errorf("parking/postgres: migrate %s: %w", prefix, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := pgschema.Apply(ctx, db, "ferry-parking:"+prefix, ddl); err != nil {
 		return fmt.Errorf("parking/postgres: migrate %s: %w", prefix, err)
 	}
 	return nil
