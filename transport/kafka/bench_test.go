@@ -104,12 +104,18 @@ func BenchmarkKafka(b *testing.B) {
 // variant publishes or consumes n messages and returns how long it took.
 type variant func(b *testing.B, n int) time.Duration
 
-// compare runs every variant on b.N/2 messages, then again in the reverse
-// order on the other half (A B C C B A), so that a load that drifts during
-// the run weighs on each variant about equally; each run starts after a
-// garbage collection, from the same small heap. It reports each variant's
-// msg/s over both halves and the ratio of "ferry" (and "stream") to the
-// others.
+// compareRounds is how many rounds compare runs.
+const compareRounds = 6
+
+// compare runs every variant compareRounds times on b.N/compareRounds
+// messages each, reversing the order of the variants every round (A B C,
+// C B A, A B C, …), so that a load that drifts during the run weighs on
+// each variant about equally; each run starts after a garbage collection,
+// from the same small heap. A round's ratio compares runs made next to
+// each other. It reports each variant's median msg/s over the rounds, and
+// the median over the rounds of the ratio of "ferry" (and "stream") to the
+// others: the figure to quote, since one round on this shared machine can
+// be off by half.
 func compare(b *testing.B, variants map[string]variant) {
 	var names []string
 	for _, n := range []string{"ferry", "stream", "sarama", "watermill"} {
@@ -117,33 +123,48 @@ func compare(b *testing.B, variants map[string]variant) {
 			names = append(names, n)
 		}
 	}
-	took := map[string]time.Duration{}
-	half := (b.N + 1) / 2
-	for _, n := range []int{half, b.N - half} {
-		if n == 0 {
-			continue
-		}
+	rounds := min(compareRounds, b.N)
+	n := b.N / rounds
+	rates := map[string][]float64{}
+	var total time.Duration
+	for range rounds {
 		for _, name := range names {
 			runtime.GC()
-			took[name] += variants[name](b, n)
+			d := variants[name](b, n)
+			if name == "ferry" {
+				total += d
+			}
+			rates[name] = append(rates[name], float64(n)/d.Seconds())
 		}
 		slices.Reverse(names)
 	}
 	b.StopTimer()
-	rate := map[string]float64{}
-	for name, d := range took {
-		rate[name] = float64(b.N) / d.Seconds()
-		b.ReportMetric(rate[name], name+"-msg/s")
+	for name, r := range rates {
+		b.ReportMetric(median(r), name+"-msg/s")
 	}
-	b.ReportMetric(float64(took["ferry"].Nanoseconds())/float64(b.N), "ns/op") // Ferry's time per message
-	for _, other := range []string{"sarama", "watermill"} {
-		if rate[other] > 0 {
-			b.ReportMetric(rate["ferry"]/rate[other], "ferry/"+other)
-			if rate["stream"] > 0 {
-				b.ReportMetric(rate["stream"]/rate[other], "stream/"+other)
+	b.ReportMetric(float64(total.Nanoseconds())/float64(n*rounds), "ns/op") // Ferry's time per message
+	for _, mine := range []string{"ferry", "stream"} {
+		for _, other := range []string{"sarama", "watermill"} {
+			if rates[mine] == nil || rates[other] == nil {
+				continue
+			}
+			ratios := make([]float64, rounds)
+			for i := range ratios {
+				ratios[i] = rates[mine][i] / rates[other][i]
+			}
+			b.ReportMetric(median(ratios), mine+"/"+other)
+			if mine == "ferry" && other == "sarama" {
+				b.Logf("ferry/sarama by round: %.2f", ratios)
 			}
 		}
 	}
+}
+
+// median is the middle of xs (the upper middle for an even count).
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 var (

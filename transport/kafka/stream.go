@@ -541,15 +541,23 @@ func (p *partition) admit(recs []*sarama.ConsumerMessage, batch *[]*delivery, ne
 	if taken == 0 {
 		return 0
 	}
-	rs := make([]record, taken)    // one allocation for the lot
-	strs := newArena(recs[:taken]) // and one for their keys and IDs
+	strs := newArena(recs[:taken]) // one allocation for their keys and IDs
 	type bad struct {
 		i   int
 		err error
 	}
-	var poison []bad
+	var (
+		poison []bad
+		rs     []record // the current chunk
+		all    = make([]*record, 0, taken)
+	)
 	for i, cm := range recs[:taken] {
-		r := &rs[i]
+		if len(rs) == 0 {
+			rs = make([]record, min(recordChunk, taken-i))
+		}
+		r := &rs[0]
+		rs = rs[1:]
+		all = append(all, r)
 		r.p, r.offset, r.attempt = p, cm.Offset, 1
 		r.first.rec, r.first.attempt = r, 1
 		if err := decodeWith(cm, &r.msg, strs.str); err != nil {
@@ -567,16 +575,20 @@ func (p *partition) admit(recs []*sarama.ConsumerMessage, batch *[]*delivery, ne
 		*batch = append(*batch, &r.first)
 	}
 	p.mu.Lock()
-	for i := range rs {
-		p.queue = append(p.queue, &rs[i])
-	}
+	p.queue = append(p.queue, all...)
 	p.undone += taken
 	p.mu.Unlock()
 	for _, b := range poison {
-		go p.s.deadLetterPoison(p, &rs[b.i], recs[b.i], b.err)
+		go p.s.deadLetterPoison(p, all[b.i], recs[b.i], b.err)
 	}
 	return taken
 }
+
+// recordChunk is how many records admit allocates together: 16 of 256
+// bytes, a 4 KiB size class. One allocation for a whole fetch (hundreds of
+// records) would be a large object, given fresh zeroed pages each time;
+// chunks this size reuse the heap's small-object spans.
+const recordChunk = 16
 
 // dropAll drops n records that were never handed over.
 func (p *partition) dropAll(n int) {
