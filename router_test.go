@@ -243,6 +243,106 @@ func TestRouterSlowKeyDoesNotStallOthers(t *testing.T) {
 	waitFor(t, "slow key", func() bool { return slowDone.Load() == 3 })
 }
 
+// TestRouterQuickHandlersKeepOrder runs handlers quick enough that the
+// worker at the intake handles deliveries itself: per-key order and
+// exclusion hold as in the hand-on mode.
+func TestRouterQuickHandlersKeepOrder(t *testing.T) {
+	b := newBroker(t)
+	r := newRouter(t)
+	const keys, perKey = 50, 400
+	var (
+		mu       sync.Mutex
+		seen     = map[string][]int{}
+		running  = map[string]bool{}
+		overlaps atomic.Int64
+		total    atomic.Int64
+	)
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		var n int
+		fmt.Sscan(string(m.Payload), &n)
+		mu.Lock()
+		if running[m.Key] {
+			overlaps.Add(1)
+		}
+		running[m.Key] = true
+		seen[m.Key] = append(seen[m.Key], n)
+		running[m.Key] = false
+		mu.Unlock()
+		total.Add(1)
+		return nil
+	})
+	if err := r.Add("quick", b, sub("t", "g"), h, ferry.Concurrency(16)); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b, "t", keys*perKey, keys)
+	stop := start(t, r)
+	waitFor(t, "all handled", func() bool { return total.Load() == keys*perKey })
+	if err := stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if overlaps.Load() != 0 {
+		t.Fatalf("%d calls overlapped another call of the same key", overlaps.Load())
+	}
+	for k, ns := range seen {
+		if len(ns) != perKey {
+			t.Fatalf("key %s: %d messages, want %d", k, len(ns), perKey)
+		}
+		for i := 1; i < len(ns); i++ {
+			if ns[i] <= ns[i-1] {
+				t.Fatalf("key %s out of order at %d: %d after %d", k, i, ns[i], ns[i-1])
+			}
+		}
+	}
+	if n := drained(t, b, "t", "g"); n != 0 {
+		t.Fatalf("%d messages redelivered after all were acked", n)
+	}
+}
+
+// TestRouterSlowCallAfterQuickOnesDoesNotStallOthers blocks one handler
+// call after a run of quick ones, when the worker at the intake handles
+// deliveries itself: the turn must pass to another worker, so that the
+// other keys go on while the call blocks.
+func TestRouterSlowCallAfterQuickOnesDoesNotStallOthers(t *testing.T) {
+	b := newBroker(t)
+	r := newRouter(t)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	var quick, slowDone atomic.Int64
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		if m.Key == "slow" {
+			<-release
+			slowDone.Add(1)
+			return nil
+		}
+		quick.Add(1)
+		return nil
+	})
+	if err := r.Add("s", b, sub("t", "g"), h, ferry.Concurrency(4)); err != nil {
+		t.Fatal(err)
+	}
+	start(t, r)
+	t.Cleanup(free) // before the Router's stop, so that a failure does not hang it
+	publish(t, b, "t", 2000, 20)
+	waitFor(t, "the quick warm-up", func() bool { return quick.Load() == 2000 })
+	ctx := context.Background()
+	if err := b.Publish(ctx, &handler.Message{ID: "slow", Key: "slow", Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // let the slow call start, if it is taken inline
+	for i := range 1000 {
+		if err := b.Publish(ctx, &handler.Message{ID: fmt.Sprint("after-", i), Key: fmt.Sprint("k", i%20), Topic: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "other keys to finish while one call blocks", func() bool { return quick.Load() == 3000 })
+	if slowDone.Load() != 0 {
+		t.Fatal("the slow call finished before release")
+	}
+	free()
+	waitFor(t, "slow call", func() bool { return slowDone.Load() == 1 })
+}
+
 func TestRouterUnorderedRunsSameKeyConcurrently(t *testing.T) {
 	b := newBroker(t)
 	r := newRouter(t)

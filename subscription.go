@@ -29,6 +29,13 @@ import (
 // shards chosen by a hash of the key. A worker that finishes a message of
 // a busy key takes the key's next message itself, so a key's messages run
 // back to back while other keys run on the other workers.
+//
+// Handing the intake on costs a goroutine wake-up per message, which is
+// more than a very quick handler takes. So while the handlers' recent
+// average (with the settle) is under inlineBelow, the worker at the intake
+// handles the delivery itself and keeps the turn; a watchdog takes the turn
+// from it, for the next worker, once such a call has run for stealAfter.
+// A slow call in that mode delays intake by at most about twice stealAfter.
 type subscription struct {
 	name       string
 	subscriber transport.Subscriber
@@ -61,7 +68,28 @@ type subscription struct {
 	workers   []worker
 	wg        sync.WaitGroup
 	abandoned atomic.Bool
+
+	// Inline handling at the intake (see the type's doc). handleNanos is
+	// the moving average of process's duration. inlineSince is the start
+	// (s.now) of the inline call holding the turn, 0 when none, -1 once the
+	// watchdog took the turn from it. watching is set while the watchdog
+	// runs; watchWake starts it; quit ends it with the workers.
+	base        time.Time
+	handleNanos atomic.Int64
+	inlineSince atomic.Int64
+	watching    atomic.Bool
+	watchWake   chan struct{}
+	quit        chan struct{}
 }
+
+const (
+	// inlineBelow is the average handle time under which the worker at the
+	// intake handles deliveries itself.
+	inlineBelow = 2 * time.Microsecond
+	// stealAfter is how long an inline call may hold the intake turn
+	// before the watchdog hands the turn to another worker.
+	stealAfter = time.Millisecond
+)
 
 const shardCount = 64
 
@@ -83,10 +111,11 @@ type worker struct {
 	// handler context carrying the stream's Semantics. Each worker has its
 	// own so that contexts derived per message (timeouts, retries) register
 	// with an uncontended parent rather than one shared by every worker.
-	ctx    context.Context
-	cancel context.CancelFunc
-	cur    atomic.Pointer[handler.Message] // the message being handled, for abandonment reports
-	_      [32]byte
+	ctx     context.Context
+	cancel  context.CancelFunc
+	cur     atomic.Pointer[handler.Message] // the message being handled, for abandonment reports
+	handled uint64                          // calls so far; only the worker touches it
+	_       [24]byte
 }
 
 func (s *subscription) open(ctx context.Context) error {
@@ -118,6 +147,10 @@ func (s *subscription) start(intakeCtx, handlerCtx context.Context) {
 	for i := range s.shards {
 		s.shards[i].busy = make(map[string]*keyQueue)
 	}
+	s.base = time.Now()
+	s.handleNanos.Store(int64(4 * inlineBelow)) // hand on until handlers prove quick
+	s.watchWake = make(chan struct{}, 1)
+	s.quit = make(chan struct{})
 	s.workers = make([]worker, s.cfg.concurrency)
 	s.wg.Add(len(s.workers))
 	for i := range s.workers {
@@ -125,18 +158,29 @@ func (s *subscription) start(intakeCtx, handlerCtx context.Context) {
 		w.ctx, w.cancel = context.WithCancel(s.handlerCtx)
 		go s.work(w)
 	}
+	go s.watch()
+	go func() {
+		s.wg.Wait()
+		close(s.quit)
+	}()
 }
+
+// now is the time since the subscription started, in nanoseconds, and
+// never 0.
+func (s *subscription) now() int64 { return int64(time.Since(s.base)) + 1 }
 
 // wait blocks until every worker has returned.
 func (s *subscription) wait() { s.wg.Wait() }
 
 // receive takes the intake turn and returns the next delivery this worker
-// should handle, or nil once intake has stopped (ctx ended, or the stream
-// closed). A delivery filed behind its busy key is not returned: the worker
-// handling that key takes it in turn.
-func (s *subscription) receive() transport.Delivery {
+// should handle, with more true; or more false once intake has stopped (ctx
+// ended, or the stream closed). A delivery filed behind its busy key is not
+// returned: the worker handling that key takes it in turn. While handlers
+// are quick, receive handles deliveries itself, keeping the turn; if the
+// watchdog takes the turn meanwhile, it returns a nil delivery and more
+// true.
+func (s *subscription) receive(w *worker) (d transport.Delivery, more bool) {
 	s.intake.Lock()
-	defer s.intake.Unlock()
 	ctx := s.intakeCtx
 	for !s.stopped {
 		if !s.acquire(ctx) {
@@ -171,9 +215,78 @@ func (s *subscription) receive() transport.Delivery {
 				continue
 			}
 		}
-		return d
+		if len(s.workers) == 1 || s.handleNanos.Load() >= int64(inlineBelow) {
+			s.intake.Unlock()
+			return d, true
+		}
+		if !s.handleInline(w, d) {
+			return nil, true // the watchdog handed the turn on
+		}
 	}
-	return nil
+	s.intake.Unlock()
+	return nil, false
+}
+
+// handleInline runs d's chain on the worker holding the intake turn, and
+// reports whether it still holds the turn: false if the watchdog took it.
+func (s *subscription) handleInline(w *worker, d transport.Delivery) bool {
+	t := s.now()
+	s.inlineSince.Store(t)
+	if !s.watching.Load() {
+		s.watching.Store(true)
+		select {
+		case s.watchWake <- struct{}{}:
+		default:
+		}
+	}
+	s.handle(w, d)
+	return s.inlineSince.CompareAndSwap(t, 0)
+}
+
+// watch is the watchdog of inline calls: while they happen it checks every
+// stealAfter, and hands the intake turn on from a call that has run longer.
+// It sleeps when no inline call has been seen for a few checks.
+func (s *subscription) watch() {
+	for {
+		select {
+		case <-s.watchWake:
+		case <-s.quit:
+			return
+		}
+		for {
+			s.watchInline()
+			s.watching.Store(false)
+			// An inline call may have started after the last check and seen
+			// watching still set: look again.
+			if s.inlineSince.Load() <= 0 {
+				break
+			}
+			s.watching.Store(true)
+		}
+	}
+}
+
+// watchInline checks the inline calls every stealAfter until it has seen
+// none for three checks in a row, or the workers have returned.
+func (s *subscription) watchInline() {
+	tick := time.NewTicker(stealAfter)
+	defer tick.Stop()
+	for idle := 0; idle < 3; {
+		select {
+		case <-tick.C:
+		case <-s.quit:
+			return
+		}
+		t := s.inlineSince.Load()
+		if t <= 0 {
+			idle++
+			continue
+		}
+		idle = 0
+		if s.now()-t >= int64(stealAfter) && s.inlineSince.CompareAndSwap(t, -1) {
+			s.intake.Unlock() // the turn of the worker still in its call
+		}
+	}
 }
 
 func (s *subscription) shard(key string) *keyShard {
@@ -224,19 +337,41 @@ func (s *subscription) work(w *worker) {
 	defer s.wg.Done()
 	defer w.cancel()
 	for {
-		d := s.receive()
-		if d == nil {
+		d, more := s.receive(w)
+		if !more {
 			return
 		}
-		for d != nil {
-			key := d.Message().Key
-			s.process(w, d)
-			if !s.perKey || key == "" {
-				break
-			}
-			d = s.next(key)
+		if d != nil {
+			s.handle(w, d)
 		}
 	}
+}
+
+// handle processes d, then, in per-key order, the deliveries filed behind
+// its key meanwhile, until the key is idle.
+func (s *subscription) handle(w *worker, d transport.Delivery) {
+	for d != nil {
+		key := d.Message().Key
+		if w.handled++; w.handled%8 == 1 { // time one call in 8: reading the clock costs
+			start := s.now()
+			s.process(w, d)
+			s.observe(s.now() - start)
+		} else {
+			s.process(w, d)
+		}
+		if !s.perKey || key == "" {
+			return
+		}
+		d = s.next(key)
+	}
+}
+
+// observe adds one sampled process duration to the moving average (weight
+// 1/8).
+// Concurrent updates may lose one another's sample; it is an estimate.
+func (s *subscription) observe(nanos int64) {
+	avg := s.handleNanos.Load()
+	s.handleNanos.Store(avg + (nanos-avg)/8)
 }
 
 // process runs the handler chain for d and settles it, unless the shutdown
