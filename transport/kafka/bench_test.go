@@ -70,12 +70,12 @@ import (
 //
 // Ferry and raw sarama both commit marked offsets every second.
 //
-// Run with a fixed count and several runs, e.g.
+// Run with a fixed count, e.g.
 //
-//	go test -run XXX -bench Kafka -benchtime 100000x -count 9 ./transport/kafka/
+//	go test -run XXX -bench Kafka -benchtime 1000000x ./transport/kafka/
 //
-// and take the median of each ratio over the runs; docs/transports/kafka.md
-// gives the method and the figures. kfake is not a performance reference
+// (compareRounds rounds of 100,000 messages) and quote the median ratios it
+// reports; docs/transports/kafka.md gives the method and the figures. kfake is not a performance reference
 // for Kafka; only the ratios mean something.
 func BenchmarkKafka(b *testing.B) {
 	b.Run("Publish", func(b *testing.B) {
@@ -105,7 +105,7 @@ func BenchmarkKafka(b *testing.B) {
 type variant func(b *testing.B, n int) time.Duration
 
 // compareRounds is how many rounds compare runs.
-const compareRounds = 6
+const compareRounds = 10
 
 // compare runs every variant compareRounds times on b.N/compareRounds
 // messages each, reversing the order of the variants every round (A B C,

@@ -399,14 +399,19 @@ func (t *Transport) removeSession(ctx context.Context, id string) error {
 type connState struct {
 	attempts atomic.Uint64 // connection attempts so far
 
+	// ready is closed while connected; read without the lock by every
+	// publish, replaced under mu when the connection goes down.
+	ready  atomic.Pointer[chan struct{}]
 	mu     sync.Mutex
-	ready  chan struct{} // closed while connected
 	closed chan struct{} // closed by close
 	isUp   bool
 }
 
 func newConnState() *connState {
-	return &connState{ready: make(chan struct{}), closed: make(chan struct{})}
+	c := &connState{closed: make(chan struct{})}
+	ready := make(chan struct{})
+	c.ready.Store(&ready)
+	return c
 }
 
 func (c *connState) up() {
@@ -414,7 +419,7 @@ func (c *connState) up() {
 	defer c.mu.Unlock()
 	if !c.isUp {
 		c.isUp = true
-		close(c.ready)
+		close(*c.ready.Load())
 	}
 }
 
@@ -423,7 +428,8 @@ func (c *connState) down() {
 	defer c.mu.Unlock()
 	if c.isUp {
 		c.isUp = false
-		c.ready = make(chan struct{})
+		ready := make(chan struct{})
+		c.ready.Store(&ready)
 	}
 }
 
@@ -439,9 +445,7 @@ func (c *connState) close() {
 
 // wait returns nil once connected, or ctx's error, or ErrClosed.
 func (c *connState) wait(ctx context.Context) error {
-	c.mu.Lock()
-	ready := c.ready
-	c.mu.Unlock()
+	ready := *c.ready.Load()
 	select {
 	case <-ready:
 		return nil
