@@ -367,9 +367,12 @@ func (s *subscription) handle(w *worker, d transport.Delivery) {
 }
 
 // observe adds one sampled process duration to the moving average (weight
-// 1/8).
-// Concurrent updates may lose one another's sample; it is an estimate.
+// 1/8), counting it as at most 4×inlineBelow: a quick call that was
+// descheduled midway must not end the inline mode on its own, while three
+// slow calls in a row still do. Concurrent updates may lose one another's
+// sample; it is an estimate.
 func (s *subscription) observe(nanos int64) {
+	nanos = min(nanos, int64(4*inlineBelow))
 	avg := s.handleNanos.Load()
 	s.handleNanos.Store(avg + (nanos-avg)/8)
 }
