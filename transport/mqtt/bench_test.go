@@ -45,21 +45,118 @@ const benchTopics = 100
 func BenchmarkEndToEnd(b *testing.B) {
 	broker := startPrivateBroker(b)
 	r := newReaper(b, broker.addr())
-	payload := make([]byte, 1024)
-	for i := range payload {
-		payload[i] = 'a' + byte(i%26)
-	}
+	payload := benchPayload()
+	compareSides(b,
+		func(n int) time.Duration { return benchFerry(b, r, payload, n) },
+		func(n int) time.Duration { return benchPaho(b, r, payload, n) })
+}
+
+// BenchmarkPublish is BenchmarkEndToEnd's publishing side alone, with no
+// subscriber: Transport.Publish against paho's Publish and tok.Wait(), 64
+// in flight, timed from the first publish to the last PUBACK.
+//
+//	go test -run XXX -bench 'Publish$' -benchtime 200000x ./transport/mqtt/
+func BenchmarkPublish(b *testing.B) {
+	broker := startPrivateBroker(b)
+	r := newReaper(b, broker.addr())
+	payload := benchPayload()
+	compareSides(b,
+		func(n int) time.Duration {
+			pub := r.open(b)
+			defer closeQuietly(pub)
+			topics := benchTopicNames("ferry-bench/" + transporttest.UniqueName(b, "f") + "/")
+			start := time.Now()
+			parallel(n, func(i int) error {
+				return pub.Publish(context.Background(), &handler.Message{Topic: topics[i%benchTopics], Payload: payload})
+			}, b)
+			return time.Since(start)
+		},
+		func(n int) time.Duration {
+			pc := connectPaho(b, r.addr, transporttest.UniqueName(b, "p"))
+			defer pc.Disconnect(100)
+			topics := benchTopicNames("ferry-bench/" + transporttest.UniqueName(b, "p") + "/")
+			start := time.Now()
+			parallel(n, func(i int) error {
+				tok := pc.Publish(topics[i%benchTopics], 1, false, payload)
+				tok.Wait()
+				return tok.Error()
+			}, b)
+			return time.Since(start)
+		})
+}
+
+// BenchmarkDrain is BenchmarkEndToEnd's consuming side alone: a backlog of
+// messages queued in a persistent session while its consumer was away
+// (published beforehand with raw paho, untimed), drained by a Router over
+// this transport and by a raw paho subscriber that acks in its callback,
+// timed from the first message handled to the last.
+//
+//	go test -run XXX -bench Drain -benchtime 200000x ./transport/mqtt/
+func BenchmarkDrain(b *testing.B) {
+	broker := startPrivateBroker(b)
+	r := newReaper(b, broker.addr())
+	payload := benchPayload()
+	compareSides(b,
+		func(n int) time.Duration {
+			id, filter := fillBacklog(b, r, payload, n)
+			sub := r.open(b)
+			defer closeQuietly(sub)
+			var clock drainClock
+			rt, err := ferry.NewRouter()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := rt.Add("drain", sub, transport.Subscription{Topic: filter, Consumer: id}, handler.HandlerFunc(func(context.Context, *handler.Message) error {
+				clock.tick(n)
+				return nil
+			})); err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			ran := make(chan error, 1)
+			go func() { ran <- rt.Run(ctx) }()
+			defer func() {
+				cancel()
+				_ = rt.Close(context.Background())
+				<-ran
+			}()
+			return clock.wait(b, n)
+		},
+		func(n int) time.Duration {
+			id, _ := fillBacklog(b, r, payload, n)
+			var clock drainClock
+			so := paho.NewClientOptions().AddBroker("tcp://" + r.addr).SetClientID(id).
+				SetCleanSession(false).SetAutoAckDisabled(true).SetOrderMatters(true)
+			so.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) {
+				m.Ack()
+				clock.tick(n)
+			})
+			sc := paho.NewClient(so)
+			if tok := sc.Connect(); tok.Wait() && tok.Error() != nil {
+				b.Fatal(tok.Error())
+			}
+			defer sc.Disconnect(100)
+			return clock.wait(b, n)
+		})
+}
+
+// compareSides runs benchRounds rounds of b.N/benchRounds messages, each
+// round one run of each side, alternating which goes first, and reports
+// each side's median msgs/s and the median over the rounds of ferry/paho:
+// runs next to each other in time are compared, since the load of this
+// shared machine drifts.
+func compareSides(b *testing.B, ferrySide, pahoSide func(n int) time.Duration) {
 	rounds := min(benchRounds, b.N)
 	n := b.N / rounds
 	var ferryRates, pahoRates, ratios []float64
-	b.SetBytes(int64(len(payload)))
+	b.SetBytes(1024)
 	b.ResetTimer()
 	for i := range rounds {
 		var f, p time.Duration
 		if i%2 == 0 {
-			f, p = benchFerry(b, r, payload, n), benchPaho(b, r, payload, n)
+			f, p = ferrySide(n), pahoSide(n)
 		} else {
-			p, f = benchPaho(b, r, payload, n), benchFerry(b, r, payload, n)
+			p, f = pahoSide(n), ferrySide(n)
 		}
 		ferryRates = append(ferryRates, float64(n)/f.Seconds())
 		pahoRates = append(pahoRates, float64(n)/p.Seconds())
@@ -70,6 +167,77 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.ReportMetric(median(pahoRates), "paho-msgs/s")
 	b.ReportMetric(median(ratios), "ferry/paho")
 	b.Logf("rounds of %d messages: ferry/paho %.2f", n, ratios)
+}
+
+func benchPayload() []byte {
+	payload := make([]byte, 1024)
+	for i := range payload {
+		payload[i] = 'a' + byte(i%26)
+	}
+	return payload
+}
+
+func connectPaho(b *testing.B, addr, id string) paho.Client {
+	c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id))
+	if tok := c.Connect(); tok.Wait() && tok.Error() != nil {
+		b.Fatal(tok.Error())
+	}
+	return c
+}
+
+// fillBacklog creates a persistent session subscribed to a fresh filter,
+// leaves it, and publishes n messages to it with raw paho (64 in flight),
+// so that the broker queues them for the session. It returns the session's
+// client ID and the filter.
+func fillBacklog(b *testing.B, r *sessionReaper, payload []byte, n int) (id, filter string) {
+	base := "ferry-bench/" + transporttest.UniqueName(b, "d") + "/"
+	id, filter = transporttest.UniqueName(b, "c"), base+"+"
+	r.add(id)
+	sc := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + r.addr).SetClientID(id).SetCleanSession(false))
+	if tok := sc.Connect(); tok.Wait() && tok.Error() != nil {
+		b.Fatal(tok.Error())
+	}
+	if tok := sc.Subscribe(filter, 1, nil); tok.Wait() && tok.Error() != nil {
+		b.Fatal(tok.Error())
+	}
+	sc.Disconnect(100)
+	pc := connectPaho(b, r.addr, id+"-pub")
+	defer pc.Disconnect(100)
+	topics := benchTopicNames(base)
+	parallel(n, func(i int) error {
+		tok := pc.Publish(topics[i%benchTopics], 1, false, payload)
+		tok.Wait()
+		return tok.Error()
+	}, b)
+	return id, filter
+}
+
+// drainClock times a consumer from its first message to its n-th.
+type drainClock struct {
+	handled     atomic.Int64
+	first, last atomic.Int64 // UnixNano
+	done        chan struct{}
+	once        sync.Once
+}
+
+func (c *drainClock) init() { c.once.Do(func() { c.done = make(chan struct{}) }) }
+
+func (c *drainClock) tick(n int) {
+	k := c.handled.Add(1)
+	if k == 1 {
+		c.first.Store(time.Now().UnixNano())
+	}
+	if k == int64(n) {
+		c.last.Store(time.Now().UnixNano())
+		c.init()
+		close(c.done)
+	}
+}
+
+func (c *drainClock) wait(b *testing.B, n int) time.Duration {
+	c.init()
+	waitDone(b, n, c.done, &c.handled)
+	return time.Duration(c.last.Load() - c.first.Load())
 }
 
 // benchRounds is how many rounds BenchmarkEndToEnd runs.
