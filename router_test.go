@@ -141,26 +141,68 @@ func TestRouterAcksOnSuccess(t *testing.T) {
 	}
 }
 
+// keyRecorder records, per key, the payload numbers a handler saw in
+// order, and counts calls that overlapped a running call of the same key.
+type keyRecorder struct {
+	mu       sync.Mutex
+	seen     map[string][]int
+	running  map[string]bool
+	overlaps atomic.Int64
+	total    atomic.Int64
+}
+
+func newKeyRecorder() *keyRecorder {
+	return &keyRecorder{seen: map[string][]int{}, running: map[string]bool{}}
+}
+
+// enter marks m's key running, counting an overlap if it already was.
+func (k *keyRecorder) enter(m *handler.Message) {
+	k.mu.Lock()
+	if k.running[m.Key] {
+		k.overlaps.Add(1)
+	}
+	k.running[m.Key] = true
+	k.mu.Unlock()
+}
+
+// leave marks m's key idle and records m's payload number.
+func (k *keyRecorder) leave(m *handler.Message) {
+	var n int
+	fmt.Sscan(string(m.Payload), &n)
+	k.mu.Lock()
+	k.running[m.Key] = false
+	k.seen[m.Key] = append(k.seen[m.Key], n)
+	k.mu.Unlock()
+	k.total.Add(1)
+}
+
+// check fails t unless no call overlapped another of its key and every key
+// saw exactly perKey messages in increasing order.
+func (k *keyRecorder) check(t *testing.T, perKey int) {
+	t.Helper()
+	if k.overlaps.Load() != 0 {
+		t.Fatalf("%d calls overlapped another call of the same key", k.overlaps.Load())
+	}
+	for key, ns := range k.seen {
+		if len(ns) != perKey {
+			t.Fatalf("key %s: %d messages, want %d", key, len(ns), perKey)
+		}
+		for i := 1; i < len(ns); i++ {
+			if ns[i] <= ns[i-1] {
+				t.Fatalf("key %s out of order at %d: %d after %d", key, i, ns[i], ns[i-1])
+			}
+		}
+	}
+}
+
 func TestRouterPerKeyOrderAndConcurrency(t *testing.T) {
 	b := newBroker(t)
 	r := newRouter(t)
 	const keys, perKey = 50, 100
-	var (
-		mu       sync.Mutex
-		seen     = map[string][]int{}
-		running  = map[string]bool{}
-		active   atomic.Int64
-		maxAct   atomic.Int64
-		overlaps atomic.Int64
-		total    atomic.Int64
-	)
+	rec := newKeyRecorder()
+	var active, maxAct atomic.Int64
 	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
-		mu.Lock()
-		if running[m.Key] {
-			overlaps.Add(1)
-		}
-		running[m.Key] = true
-		mu.Unlock()
+		rec.enter(m)
 		a := active.Add(1)
 		for {
 			old := maxAct.Load()
@@ -170,13 +212,7 @@ func TestRouterPerKeyOrderAndConcurrency(t *testing.T) {
 		}
 		time.Sleep(100 * time.Microsecond)
 		active.Add(-1)
-		var n int
-		fmt.Sscan(string(m.Payload), &n)
-		mu.Lock()
-		running[m.Key] = false
-		seen[m.Key] = append(seen[m.Key], n)
-		mu.Unlock()
-		total.Add(1)
+		rec.leave(m)
 		return nil
 	})
 	if err := r.Add("ordered", b, sub("t", "g"), h, ferry.Concurrency(16)); err != nil {
@@ -184,23 +220,11 @@ func TestRouterPerKeyOrderAndConcurrency(t *testing.T) {
 	}
 	stop := start(t, r)
 	publish(t, b, "t", keys*perKey, keys)
-	waitFor(t, "all handled", func() bool { return total.Load() == keys*perKey })
+	waitFor(t, "all handled", func() bool { return rec.total.Load() == keys*perKey })
 	if err := stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if overlaps.Load() != 0 {
-		t.Fatalf("%d calls overlapped another call of the same key", overlaps.Load())
-	}
-	for k, ns := range seen {
-		for i := 1; i < len(ns); i++ {
-			if ns[i] <= ns[i-1] {
-				t.Fatalf("key %s out of order: %v", k, ns)
-			}
-		}
-		if len(ns) != perKey {
-			t.Fatalf("key %s: %d messages, want %d", k, len(ns), perKey)
-		}
-	}
+	rec.check(t, perKey)
 	if maxAct.Load() < 2 {
 		t.Fatalf("at most %d handlers ran at once: keys did not run concurrently", maxAct.Load())
 	}
@@ -209,25 +233,41 @@ func TestRouterPerKeyOrderAndConcurrency(t *testing.T) {
 	}
 }
 
-func TestRouterSlowKeyDoesNotStallOthers(t *testing.T) {
-	b := newBroker(t)
-	r := newRouter(t)
-	release := make(chan struct{})
-	var others atomic.Int64
-	var slowDone atomic.Int64
+// slowKey is a handler whose calls for key "slow" block until release;
+// the other keys return at once.
+type slowKey struct {
+	release        chan struct{}
+	once           sync.Once
+	quick, slowRan atomic.Int64
+}
+
+// start adds the handler to r at Concurrency(4) on topic "t" and runs r;
+// a test that fails while a call blocks does not hang the Router's stop.
+func (s *slowKey) start(t *testing.T, r *ferry.Router, b transport.Subscriber) {
+	t.Helper()
+	s.release = make(chan struct{})
 	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 		if m.Key == "slow" {
-			<-release
-			slowDone.Add(1)
+			<-s.release
+			s.slowRan.Add(1)
 			return nil
 		}
-		others.Add(1)
+		s.quick.Add(1)
 		return nil
 	})
 	if err := r.Add("s", b, sub("t", "g"), h, ferry.Concurrency(4)); err != nil {
 		t.Fatal(err)
 	}
 	start(t, r)
+	t.Cleanup(s.free) // registered after start's, so it runs before the stop
+}
+
+func (s *slowKey) free() { s.once.Do(func() { close(s.release) }) }
+
+func TestRouterSlowKeyDoesNotStallOthers(t *testing.T) {
+	b := newBroker(t)
+	var sk slowKey
+	sk.start(t, newRouter(t), b)
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		if err := b.Publish(ctx, &handler.Message{ID: fmt.Sprint("slow-", i), Key: "slow", Topic: "t"}); err != nil {
@@ -235,12 +275,12 @@ func TestRouterSlowKeyDoesNotStallOthers(t *testing.T) {
 		}
 	}
 	publish(t, b, "t", 1000, 20)
-	waitFor(t, "other keys to finish while one key blocks", func() bool { return others.Load() == 1000 })
-	if slowDone.Load() != 0 {
+	waitFor(t, "other keys to finish while one key blocks", func() bool { return sk.quick.Load() == 1000 })
+	if sk.slowRan.Load() != 0 {
 		t.Fatal("slow key finished before release")
 	}
-	close(release)
-	waitFor(t, "slow key", func() bool { return slowDone.Load() == 3 })
+	sk.free()
+	waitFor(t, "slow key", func() bool { return sk.slowRan.Load() == 3 })
 }
 
 // TestRouterQuickHandlersKeepOrder runs handlers quick enough that the
@@ -250,25 +290,10 @@ func TestRouterQuickHandlersKeepOrder(t *testing.T) {
 	b := newBroker(t)
 	r := newRouter(t)
 	const keys, perKey = 50, 400
-	var (
-		mu       sync.Mutex
-		seen     = map[string][]int{}
-		running  = map[string]bool{}
-		overlaps atomic.Int64
-		total    atomic.Int64
-	)
+	rec := newKeyRecorder()
 	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
-		var n int
-		fmt.Sscan(string(m.Payload), &n)
-		mu.Lock()
-		if running[m.Key] {
-			overlaps.Add(1)
-		}
-		running[m.Key] = true
-		seen[m.Key] = append(seen[m.Key], n)
-		running[m.Key] = false
-		mu.Unlock()
-		total.Add(1)
+		rec.enter(m)
+		rec.leave(m)
 		return nil
 	})
 	if err := r.Add("quick", b, sub("t", "g"), h, ferry.Concurrency(16)); err != nil {
@@ -276,23 +301,11 @@ func TestRouterQuickHandlersKeepOrder(t *testing.T) {
 	}
 	publish(t, b, "t", keys*perKey, keys)
 	stop := start(t, r)
-	waitFor(t, "all handled", func() bool { return total.Load() == keys*perKey })
+	waitFor(t, "all handled", func() bool { return rec.total.Load() == keys*perKey })
 	if err := stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if overlaps.Load() != 0 {
-		t.Fatalf("%d calls overlapped another call of the same key", overlaps.Load())
-	}
-	for k, ns := range seen {
-		if len(ns) != perKey {
-			t.Fatalf("key %s: %d messages, want %d", k, len(ns), perKey)
-		}
-		for i := 1; i < len(ns); i++ {
-			if ns[i] <= ns[i-1] {
-				t.Fatalf("key %s out of order at %d: %d after %d", k, i, ns[i], ns[i-1])
-			}
-		}
-	}
+	rec.check(t, perKey)
 	if n := drained(t, b, "t", "g"); n != 0 {
 		t.Fatalf("%d messages redelivered after all were acked", n)
 	}
@@ -304,27 +317,10 @@ func TestRouterQuickHandlersKeepOrder(t *testing.T) {
 // other keys go on while the call blocks.
 func TestRouterSlowCallAfterQuickOnesDoesNotStallOthers(t *testing.T) {
 	b := newBroker(t)
-	r := newRouter(t)
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	free := func() { releaseOnce.Do(func() { close(release) }) }
-	var quick, slowDone atomic.Int64
-	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
-		if m.Key == "slow" {
-			<-release
-			slowDone.Add(1)
-			return nil
-		}
-		quick.Add(1)
-		return nil
-	})
-	if err := r.Add("s", b, sub("t", "g"), h, ferry.Concurrency(4)); err != nil {
-		t.Fatal(err)
-	}
-	start(t, r)
-	t.Cleanup(free) // before the Router's stop, so that a failure does not hang it
+	var sk slowKey
+	sk.start(t, newRouter(t), b)
 	publish(t, b, "t", 2000, 20)
-	waitFor(t, "the quick warm-up", func() bool { return quick.Load() == 2000 })
+	waitFor(t, "the quick warm-up", func() bool { return sk.quick.Load() == 2000 })
 	ctx := context.Background()
 	if err := b.Publish(ctx, &handler.Message{ID: "slow", Key: "slow", Topic: "t"}); err != nil {
 		t.Fatal(err)
@@ -335,12 +331,12 @@ func TestRouterSlowCallAfterQuickOnesDoesNotStallOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "other keys to finish while one call blocks", func() bool { return quick.Load() == 3000 })
-	if slowDone.Load() != 0 {
+	waitFor(t, "other keys to finish while one call blocks", func() bool { return sk.quick.Load() == 3000 })
+	if sk.slowRan.Load() != 0 {
 		t.Fatal("the slow call finished before release")
 	}
-	free()
-	waitFor(t, "slow call", func() bool { return slowDone.Load() == 1 })
+	sk.free()
+	waitFor(t, "slow call", func() bool { return sk.slowRan.Load() == 1 })
 }
 
 func TestRouterUnorderedRunsSameKeyConcurrently(t *testing.T) {

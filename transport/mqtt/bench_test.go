@@ -316,10 +316,7 @@ func benchPaho(b *testing.B, r *sessionReaper, payload []byte, n int) time.Durat
 	if tok := sc.Subscribe(base+"+", 1, nil); tok.Wait() && tok.Error() != nil {
 		b.Fatal(tok.Error())
 	}
-	pc := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + r.addr).SetClientID(transporttest.UniqueName(b, "p")))
-	if tok := pc.Connect(); tok.Wait() && tok.Error() != nil {
-		b.Fatal(tok.Error())
-	}
+	pc := connectPaho(b, r.addr, transporttest.UniqueName(b, "p"))
 	defer pc.Disconnect(100)
 	topics := benchTopicNames(base)
 	start := time.Now()
