@@ -140,7 +140,12 @@ func (s *subscription) open(ctx context.Context) error {
 }
 
 func (s *subscription) start(intakeCtx, handlerCtx context.Context) {
-	s.handlerCtx = transport.ContextWithSemantics(handlerCtx, s.semantics)
+	s.handlerCtx = transport.ContextWithStream(handlerCtx, &transport.StreamInfo{
+		Name:         s.name,
+		Subscription: s.spec,
+		Semantics:    s.semantics,
+		DLQ:          transport.DLQName(s.subscriber, s.spec),
+	})
 	s.room = make(chan struct{}, 1)
 	s.intakeCtx = intakeCtx
 	s.seed = maphash.MakeSeed()
@@ -390,6 +395,7 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 	m := d.Message()
 	f := m.Facts()
 	f.Subscription = s.name
+	f.Group = s.spec.Group
 	m.SetFacts(f)
 	backoff := time.Duration(0)
 	for {

@@ -132,3 +132,12 @@ func Class(err error) string {
 		return "transient"
 	}
 }
+
+// ErrInvalidOption is the one sentinel every Ferry package wraps in its
+// configuration errors: an unknown URL query key, a value out of range, a
+// missing collaborator, a bad combination of options. Constructors return it
+// (wrapped, naming the option) at construction, never later; it is never a
+// run-time condition, so fix the call. Packages re-export it under their own
+// name ([transport.ErrInvalidOption], ferry.ErrInvalidOption, ...): all are
+// this same value, so errors.Is matches any of them.
+var ErrInvalidOption = errors.New("ferry: invalid option")

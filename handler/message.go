@@ -59,6 +59,11 @@ type Facts struct {
 	// (the name given to Router.Add). The Router sets it.
 	Subscription string
 
+	// Group is the consumer group the subscription reads as
+	// (Subscription.Group; by default the subscription name). The Router
+	// sets it. Dead letters of a group go to its DLQ.
+	Group string
+
 	// Partition is the partition, shard or stream the message came from, or
 	// -1 where the broker has none.
 	Partition int32

@@ -27,4 +27,38 @@
 //
 // The conformance suite in package transporttest proves a transport keeps
 // this contract and what its Semantics declare.
+//
+// # Writing a transport
+//
+// Every transport package has the same shape, so that a reader who knows
+// one knows them all:
+//
+//   - const Scheme, registered from init with an [Opener] that calls New
+//     with the URL: transport.Open(ctx, url) and New parse the same way.
+//   - func New(ctx context.Context, rawURL string, opts ...Option)
+//     (*Transport, error). rawURL is the transport's URL; its query keys map
+//     one to one onto Options, read with [ParseQuery] (one rule for every
+//     transport: each key once, every key known). opts apply after the
+//     URL's, so code overrides text. New validates everything and returns an
+//     error wrapping [ErrInvalidOption] naming the option; nothing is
+//     reported later. ctx bounds the connection; every network call also
+//     has a default deadline of its own.
+//   - type Option interface{ apply(*config) }: sealed, made only by the
+//     package's functions. WithLogger(*slog.Logger) is spelled the same in
+//     every package; the default is slog.Default().
+//   - Subscription.Options are read with [OptionsQuery], under the same
+//     rule as URL keys.
+//   - Files follow the goroutines: options.go and url.go for configuration,
+//     one file for the publish path, one per receive or settle loop, dlq.go
+//     for [DeadLetters], lag.go for [LagReporter].
+//   - Coalescing (acks, publish batches) goes through the one batcher,
+//     internal/batch.
+//   - A dead letter the transport writes itself (a poison record, a
+//     delivery limit) is built with [NewDeadLetter] and
+//     [DeadLetter.Message]; the DLQ is named by [DLQName].
+//   - Errors name the operation and the resource ("kafka: publish orders:
+//     ..."), wrap the package's sentinels, which wrap this package's
+//     ([ErrRevoked], [ErrUnknownOutcome], [ErrTooLarge]), and print URLs
+//     only through [Redact].
+//   - No package state beyond the registration.
 package transport

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/ferrymq/ferry/handler"
 )
 
 // ErrUnknownOutcome is returned (wrapped) by Publish when the broker may or
@@ -36,8 +38,9 @@ var ErrRevoked = errors.New("transport: delivery revoked")
 var ErrNotFound = errors.New("transport: not found")
 
 // ErrInvalidOption is wrapped by every error about configuration: an unknown
-// URL query key, a bad value, a bad combination of options.
-var ErrInvalidOption = errors.New("transport: invalid option")
+// URL query key, a bad value, a bad combination of options. It is
+// [handler.ErrInvalidOption], the one sentinel every Ferry package wraps.
+var ErrInvalidOption = handler.ErrInvalidOption
 
 // ErrUnknownScheme is returned by Open for a URL whose scheme no transport
 // registered. Did the program blank-import the transport package?

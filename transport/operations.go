@@ -7,35 +7,6 @@ import (
 	"github.com/ferrymq/ferry/handler"
 )
 
-// Reserved header names. Headers starting with "ferry-" belong to Ferry.
-// Where a broker has a native field for ID or Key (AMQP message_id, the Kafka
-// record key, SQS MessageGroupId) the transport uses it, and uses these names
-// only where it has none.
-const (
-	HeaderID  = "ferry-id"  // Message.ID where the broker has no native field
-	HeaderKey = "ferry-key" // Message.Key where the broker has no native field
-
-	// Added by dead-lettering, next to the original headers.
-	HeaderError          = "ferry-error"              // the error text
-	HeaderErrorClass     = "ferry-error-class"        // handler.Class of the error
-	HeaderAttempts       = "ferry-attempts"           // attempts made, decimal
-	HeaderSubscription   = "ferry-subscription"       // the subscription (handler) name
-	HeaderOriginalTopic  = "ferry-original-topic"     // where the message was consumed from
-	HeaderOriginalPart   = "ferry-original-partition" // Facts.Partition, decimal
-	HeaderOriginalOffset = "ferry-original-offset"    // Facts.Offset, decimal
-	HeaderOriginalBroker = "ferry-original-broker-id" // Facts.BrokerID
-	HeaderFirstFailure   = "ferry-first-failure"      // RFC 3339 with nanoseconds, UTC
-	HeaderLastFailure    = "ferry-last-failure"       // RFC 3339 with nanoseconds, UTC
-)
-
-// DeadLetterHeaders lists the headers dead-lettering adds. Replay removes
-// them, so that a replayed message carries exactly its original headers.
-var DeadLetterHeaders = []string{
-	HeaderError, HeaderErrorClass, HeaderAttempts, HeaderSubscription,
-	HeaderOriginalTopic, HeaderOriginalPart, HeaderOriginalOffset,
-	HeaderOriginalBroker, HeaderFirstFailure, HeaderLastFailure,
-}
-
 // DeadLetters is the DLQ operations API, implemented by each transport for
 // its own DLQs (built or native) and used by the ferry CLI. It is optional:
 // find it with a type assertion on the Transport.
@@ -92,21 +63,6 @@ func (r Replay) Destination(m *handler.Message) string {
 		return r.To
 	}
 	return m.Headers[HeaderOriginalTopic]
-}
-
-// StripDeadLetterHeaders returns a copy of m without the dead-letter headers,
-// addressed to topic: what ReplayDLQ publishes.
-func StripDeadLetterHeaders(m *handler.Message, topic string) *handler.Message {
-	c := m.Clone()
-	c.Topic = topic
-	for _, h := range DeadLetterHeaders {
-		delete(c.Headers, h)
-	}
-	if len(c.Headers) == 0 {
-		c.Headers = nil
-	}
-	c.SetFacts(handler.Facts{})
-	return c
 }
 
 // LagReporter reports how far a group is behind. It is optional: find it

@@ -66,7 +66,8 @@ func (m *Mux) Schemes() []string {
 }
 
 // Open parses rawURL and opens it with the Opener registered for its scheme.
-// Errors never contain the URL's password.
+// Errors name the URL only as [Redact] prints it: never its user-info or
+// query, where credentials live.
 func (m *Mux) Open(ctx context.Context, rawURL string) (Transport, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -82,7 +83,7 @@ func (m *Mux) Open(ctx context.Context, rawURL string) (Transport, error) {
 	}
 	t, err := o.OpenURL(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("transport: open %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("transport: open %s: %w", Redact(u), err)
 	}
 	return t, nil
 }

@@ -143,19 +143,44 @@ func (r Redelivery) String() string {
 	}
 }
 
-type semanticsKey struct{}
+type streamKey struct{}
 
-// ContextWithSemantics returns a copy of ctx carrying s. The Router puts the
-// stream's Semantics in every handler's context, so that middleware (retry's
-// delayed redelivery, dead-lettering's deferral to a native DLQ) can adapt to
-// the broker without being configured twice.
-func ContextWithSemantics(ctx context.Context, s Semantics) context.Context {
-	return context.WithValue(ctx, semanticsKey{}, s)
+// StreamInfo is what the Router tells the handler chain about the stream a
+// message came from, so that middleware adapts to the broker without being
+// configured twice: retry reads whether a Nack can be delayed, dead-lettering
+// reads the DLQ and whether the broker has a native one. The Router makes
+// one per subscription when it opens the stream; it is read-only after.
+type StreamInfo struct {
+	// Name is the subscription's name in the Router.
+	Name string
+	// Subscription is the subscription as opened (Group filled in).
+	Subscription Subscription
+	// Semantics is what the stream declared.
+	Semantics Semantics
+	// DLQ is the DLQ of the subscription's group on its transport
+	// ([DLQName]).
+	DLQ string
+}
+
+// ContextWithStream returns a copy of ctx carrying info. The Router calls it
+// once per subscription; info must not be modified after.
+func ContextWithStream(ctx context.Context, info *StreamInfo) context.Context {
+	return context.WithValue(ctx, streamKey{}, info)
+}
+
+// StreamFromContext returns the StreamInfo of the stream the message in
+// flight came from, and whether there was one (there is none when a handler
+// is called outside a Router, as in a unit test).
+func StreamFromContext(ctx context.Context) (*StreamInfo, bool) {
+	s, ok := ctx.Value(streamKey{}).(*StreamInfo)
+	return s, ok && s != nil
 }
 
 // SemanticsFromContext returns the Semantics of the stream the message in
 // flight came from, and whether there was one.
 func SemanticsFromContext(ctx context.Context) (Semantics, bool) {
-	s, ok := ctx.Value(semanticsKey{}).(Semantics)
-	return s, ok
+	if s, ok := StreamFromContext(ctx); ok {
+		return s.Semantics, true
+	}
+	return Semantics{}, false
 }
