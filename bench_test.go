@@ -23,7 +23,10 @@ func BenchmarkRouter(b *testing.B) {
 	}{{"perKey", ferry.PerKey()}, {"unordered", ferry.Unordered()}} {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := context.Background()
-			br := memory.New(memory.Partitions(8))
+			br, err := memory.New(ctx, "memory://?partitions=8")
+			if err != nil {
+				b.Fatal(err)
+			}
 			defer br.Close(ctx)
 			payload := make([]byte, 1024)
 			keys := make([]string, 1000)

@@ -11,16 +11,13 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/routertest"
 	"github.com/ferrymq/ferry/transport"
-	"github.com/ferrymq/ferry/transport/memory"
 )
 
 // newBroker returns a private memory broker for one test.
 func newBroker(t testing.TB) transport.Transport {
-	t.Helper()
-	b := memory.New(memory.Partitions(4))
-	t.Cleanup(func() { _ = b.Close(context.Background()) })
-	return b
+	return routertest.NewBroker(t, 4)
 }
 
 func publish(t testing.TB, p transport.Publisher, topic string, n, keys int) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
@@ -14,9 +13,6 @@ import (
 // DefaultPublishFailureDelay is the Nack delay [DeadLetter] asks for when
 // the DLQ publish fails; see [PublishFailureDelay].
 const DefaultPublishFailureDelay = time.Second
-
-// maxStackHeader bounds the panic stack written into the error header.
-const maxStackHeader = 4 << 10
 
 // ErrDeadLetter is wrapped by the error [DeadLetter] returns when the DLQ
 // publish was not confirmed. The original message is then not acked: the
@@ -227,39 +223,11 @@ func defaultDLQ(m *handler.Message) string {
 // 1) and now. It is exported for code that dead-letters by hand (a CLI, a
 // batch job) so that its dead letters look the same.
 func DeadLetterMessage(m *handler.Message, dlq string, err error, now time.Time) *handler.Message {
-	f := m.Facts()
-	text, class := err.Error(), handler.Class(err)
-	attempts, first, last := max(f.Attempt, 1), now, now
+	d := transport.NewDeadLetter(m, err, now)
 	var ex *ExhaustedError
 	if errors.As(err, &ex) {
-		text, attempts, first, last = ex.Err.Error(), ex.Attempts, ex.FirstFailure, ex.LastFailure
+		d2 := transport.NewDeadLetter(m, ex.Err, now)
+		d.Error, d.Attempts, d.FirstFailure, d.LastFailure = d2.Error, ex.Attempts, ex.FirstFailure, ex.LastFailure
 	}
-	var pe *handler.PanicError
-	if errors.As(err, &pe) && len(pe.Stack) > 0 {
-		stack := pe.Stack
-		if len(stack) > maxStackHeader {
-			stack = stack[:maxStackHeader]
-		}
-		text += "\n\n" + string(stack)
-	}
-
-	dl := m.Clone()
-	dl.Topic = dlq
-	dl.SetFacts(handler.Facts{})
-	h := make(map[string]string, len(m.Headers)+len(transport.DeadLetterHeaders))
-	for k, v := range m.Headers {
-		h[k] = v
-	}
-	h[transport.HeaderError] = text
-	h[transport.HeaderErrorClass] = class
-	h[transport.HeaderAttempts] = strconv.Itoa(attempts)
-	h[transport.HeaderSubscription] = f.Subscription
-	h[transport.HeaderOriginalTopic] = m.Topic
-	h[transport.HeaderOriginalPart] = strconv.FormatInt(int64(f.Partition), 10)
-	h[transport.HeaderOriginalOffset] = strconv.FormatInt(f.Offset, 10)
-	h[transport.HeaderOriginalBroker] = f.BrokerID
-	h[transport.HeaderFirstFailure] = first.UTC().Format(time.RFC3339Nano)
-	h[transport.HeaderLastFailure] = last.UTC().Format(time.RFC3339Nano)
-	dl.Headers = h
-	return dl
+	return d.Message(m, dlq)
 }

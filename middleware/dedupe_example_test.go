@@ -16,7 +16,7 @@ import (
 // although the producer retried and published it twice.
 func ExampleDedupe() {
 	ctx := context.Background()
-	b := memory.New()
+	b, _ := memory.New(ctx, "memory://")
 	defer b.Close(ctx)
 	store, _ := idemmemory.New() // Redis or PostgreSQL across processes
 	skipped := make(chan string, 1)

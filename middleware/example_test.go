@@ -25,7 +25,7 @@ type OrderPlaced struct {
 // listed (and replayed) from there.
 func ExampleRecommended() {
 	ctx := context.Background()
-	broker := memory.New()
+	broker, _ := memory.New(ctx, "memory://")
 	defer broker.Close(ctx)
 	settled := make(chan string, 2)
 	inventory := handler.JSON(func(ctx context.Context, m *handler.Message, o OrderPlaced) error {

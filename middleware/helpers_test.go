@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/routertest"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/memory"
@@ -31,11 +32,8 @@ func order(t testing.TB, topic, id, key string) *handler.Message {
 		Headers: map[string]string{"content-type": "application/json", "traceparent": "00-abc-01"}}
 }
 
-func newBroker(t testing.TB) *memory.Broker {
-	t.Helper()
-	b := memory.New(memory.Partitions(4))
-	t.Cleanup(func() { _ = b.Close(context.Background()) })
-	return b
+func newBroker(t testing.TB) *memory.Transport {
+	return routertest.NewBroker(t, 4)
 }
 
 func publish(t testing.TB, p transport.Publisher, msgs ...*handler.Message) {
@@ -106,7 +104,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 // lag returns how many messages of topic group has not acked yet.
-func lag(t testing.TB, b *memory.Broker, topic, group string) int64 {
+func lag(t testing.TB, b *memory.Transport, topic, group string) int64 {
 	t.Helper()
 	ls, err := b.Lag(context.Background(), sub(topic, group))
 	if err != nil {
@@ -119,7 +117,7 @@ func lag(t testing.TB, b *memory.Broker, topic, group string) int64 {
 	return n
 }
 
-func dlq(t testing.TB, b *memory.Broker, name string) []*handler.Message {
+func dlq(t testing.TB, b *memory.Transport, name string) []*handler.Message {
 	t.Helper()
 	msgs, err := b.ListDLQ(context.Background(), name, 0)
 	if err != nil {

@@ -19,7 +19,8 @@ import (
 // in order.
 func ExamplePark() {
 	ctx := context.Background()
-	broker, lot := memory.New(), parkmem.New()
+	broker, _ := memory.New(ctx, "memory://")
+	lot := parkmem.New()
 	var fixed atomic.Bool
 	inventory := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 		if m.ID == "evt-2" && !fixed.Load() {

@@ -35,7 +35,10 @@ func BenchmarkRelay(b *testing.B) {
 		open func(b *testing.B) transport.Publisher
 	}{
 		{"memory", func(b *testing.B) transport.Publisher {
-			m := memory.New(memory.Retention(1000))
+			m, err := memory.New(context.Background(), "memory://?retention=1000")
+			if err != nil {
+				b.Fatal(err)
+			}
 			b.Cleanup(func() { m.Close(context.Background()) })
 			return m
 		}},

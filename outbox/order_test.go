@@ -41,7 +41,10 @@ func TestOrdering(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := memory.New(memory.Partitions(4))
+			b, err := memory.New(ctx, "memory://?partitions=4")
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer b.Close(ctx)
 
 			var fail func(m *handler.Message, tries int) error

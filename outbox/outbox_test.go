@@ -114,7 +114,10 @@ func TestAddCommitRollback(t *testing.T) {
 	}
 	addTx(t, db, ob, want...)
 
-	b := memory.New()
+	b, err := memory.New(ctx, "memory://")
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer b.Close(ctx)
 	r, err := outbox.NewRelay(db, b, outbox.Table(table))
 	if err != nil {

@@ -86,7 +86,7 @@ func Order(topic, id, orderID string) *handler.Message {
 }
 
 // NewBroker returns a memory broker closed with the test.
-func NewBroker(tb testing.TB) *memory.Broker {
+func NewBroker(tb testing.TB) *memory.Transport {
 	return routertest.NewBroker(tb, 4)
 }
 
@@ -105,7 +105,7 @@ func Run(tb testing.TB, b transport.Subscriber, name, topic string, h handler.Ha
 }
 
 // Lag returns how many messages of topic the group has not acked.
-func Lag(tb testing.TB, b *memory.Broker, topic, group string) int64 {
+func Lag(tb testing.TB, b *memory.Transport, topic, group string) int64 {
 	tb.Helper()
 	ls, err := b.Lag(context.Background(), transport.Subscription{Topic: topic, Group: group})
 	if err != nil {

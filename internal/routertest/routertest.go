@@ -16,9 +16,12 @@ import (
 
 // NewBroker returns a memory broker with the given partitions, closed when
 // tb ends.
-func NewBroker(tb testing.TB, partitions int) *memory.Broker {
+func NewBroker(tb testing.TB, partitions int) *memory.Transport {
 	tb.Helper()
-	b := memory.New(memory.Partitions(partitions))
+	b, err := memory.New(context.Background(), "memory://", memory.Partitions(partitions))
+	if err != nil {
+		tb.Fatal(err)
+	}
 	tb.Cleanup(func() { _ = b.Close(context.Background()) })
 	return b
 }

@@ -109,7 +109,7 @@ func abbreviate(s []int) string {
 }
 
 // newBroker returns a memory broker closed with the test.
-func newBroker(tb testing.TB) *memory.Broker {
+func newBroker(tb testing.TB) *memory.Transport {
 	return routertest.NewBroker(tb, 8)
 }
 
@@ -145,7 +145,7 @@ func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool
 }
 
 // lag returns how many messages of topic the group has not acked.
-func lag(tb testing.TB, b *memory.Broker, topic, group string) int64 {
+func lag(tb testing.TB, b *memory.Transport, topic, group string) int64 {
 	tb.Helper()
 	ls, err := b.Lag(context.Background(), transport.Subscription{Topic: topic, Group: group})
 	if err != nil {

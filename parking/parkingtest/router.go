@@ -300,7 +300,7 @@ func twoConsumersCase(t *testing.T, h Harness) {
 // waitTotal waits until exactly want effects are applied and the group has
 // acked everything, failing at once if more are applied: a message applied
 // while its key was parked, or applied twice.
-func waitTotal(t testing.TB, b *memory.Broker, applied *Applied, topic, sub string, want int, what string) {
+func waitTotal(t testing.TB, b *memory.Transport, applied *Applied, topic, sub string, want int, what string) {
 	t.Helper()
 	waitFor(t, 60*time.Second, what, func() bool {
 		if n := applied.Total(); n > want {

@@ -41,7 +41,7 @@ type drainer struct {
 	n int
 }
 
-func newDrainer(b *testing.B, br *Broker) *drainer {
+func newDrainer(b *testing.B, br *Transport) *drainer {
 	s, err := br.Subscribe(context.Background(), transport.Subscription{Topic: "orders", Group: "drain"})
 	if err != nil {
 		b.Fatal(err)
@@ -70,7 +70,7 @@ func (d *drainer) published(k int) {
 func BenchmarkPublish(b *testing.B) {
 	for _, size := range []int{100, 1024} {
 		b.Run(strconv.Itoa(size)+"B", func(b *testing.B) {
-			br := New(Retention(1 << 12))
+			br := mustNew(b, Retention(1<<12))
 			defer br.Close(context.Background())
 			dr := newDrainer(b, br)
 			msgs := benchMessages(1024, size)
@@ -89,7 +89,7 @@ func BenchmarkPublish(b *testing.B) {
 }
 
 func BenchmarkPublishBatch(b *testing.B) {
-	br := New(Retention(1 << 12))
+	br := mustNew(b, Retention(1<<12))
 	defer br.Close(context.Background())
 	dr := newDrainer(b, br)
 	msgs := benchMessages(1024, 100)
@@ -114,7 +114,7 @@ func BenchmarkPublishReceiveAck(b *testing.B) {
 
 	// One goroutine does all three in turn: the cost without any handoff.
 	b.Run("loop", func(b *testing.B) {
-		br := New(benchRetention...)
+		br := mustNew(b, benchRetention...)
 		defer br.Close(ctx)
 		s, err := br.Subscribe(ctx, transport.Subscription{Topic: "orders", Group: "g"})
 		if err != nil {
@@ -141,7 +141,7 @@ func BenchmarkPublishReceiveAck(b *testing.B) {
 	// A publisher goroutine feeds one stream, which receives and acks on
 	// the benchmark goroutine: the Router's shape with a no-op handler.
 	b.Run("pipeline", func(b *testing.B) {
-		br := New()
+		br := mustNew(b)
 		defer br.Close(ctx)
 		s, err := br.Subscribe(ctx, transport.Subscription{Topic: "orders", Group: "g"})
 		if err != nil {
@@ -173,7 +173,7 @@ func BenchmarkPublishReceiveAck(b *testing.B) {
 	// GOMAXPROCS publishers, and two members of one group each receiving
 	// and acking: contention on the partition locks.
 	b.Run("parallel", func(b *testing.B) {
-		br := New()
+		br := mustNew(b)
 		defer br.Close(ctx)
 		msgs := benchMessages(1024, 100)
 		var streams []transport.Stream

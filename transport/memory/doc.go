@@ -1,22 +1,23 @@
 // Package memory is Ferry's embedded transport: an in-process broker with
 // partitioned, append-only topic logs and consumer groups, modelled on Kafka,
 // for development, tests and examples. It needs no setup and keeps nothing
-// on disk: the messages live as long as the [Broker].
+// on disk: the messages live as long as their broker.
 //
-// Make a broker with [New] and use it as a [transport.Transport], or open
-// one by URL after a blank import:
+// Make a private broker with [New] and use the returned [Transport], or open
+// a named one by URL after a blank import:
 //
 //	import _ "github.com/ferrymq/ferry/transport/memory"
 //	t, err := transport.Open(ctx, "memory://orders")
 //
 // # URLs
 //
-// The scheme is "memory" ([Scheme]). The host names the broker:
-// memory://orders and memory://orders?partitions=4 reach the same broker
-// from anywhere in the process, so a publisher and a subscriber opened
-// separately by URL see the same topics; memory:// is the broker with the
-// empty name. Each Open returns its own [Conn], whose Close closes only the
-// streams it opened. The query keys, each the same as an [Option]:
+// The scheme is "memory" ([Scheme]). Through [transport.Open] the host names
+// the broker: memory://orders and memory://orders?partitions=4 reach the
+// same broker from anywhere in the process, so a publisher and a subscriber
+// opened separately by URL see the same topics; memory:// is the broker with
+// the empty name. Each Open returns its own [Transport] handle, whose Close
+// closes only the streams it opened. [New] takes the same URL but always
+// makes a broker of its own. The query keys, each the same as an [Option]:
 //
 //   - partitions: partitions per topic, 1 to 65536; default 8 ([Partitions]).
 //   - retention: messages kept per partition, 0 for no limit; default 65536
@@ -58,9 +59,9 @@
 // be delivered again to the partition's owner when the delay is over, with
 // Facts.Attempt one higher.
 //
-// When a member joins or leaves (Stream.Close, or Close on its [Conn] or
-// [Broker]) the group rebalances at once. Every outstanding delivery of a
-// partition that changes owner is revoked and redelivered to the new owner
+// When a member joins or leaves (Stream.Close, or Close on its handle or
+// on the [Transport] that owns the broker) the group rebalances at once.
+// Every outstanding delivery of a partition that changes owner is revoked and redelivered to the new owner
 // straight away, in offset order, attempt + 1: nothing is lost, and the
 // message may be handled twice, as after a Kafka rebalance. Ack or Nack on a
 // revoked delivery changes nothing and returns an error wrapping
@@ -83,7 +84,7 @@
 //     first delivery), kept across members and rebalances.
 //   - Extend false: deliveries have no lease and never time out.
 //   - NativeDLQ false: dead-lettering publishes to a DLQ topic;
-//     [Broker.ListDLQ] and [Broker.ReplayDLQ] operate on it.
+//     [Transport.ListDLQ] and [Transport.ReplayDLQ] operate on it.
 //   - FanOut true: each group receives every message of the topic.
 //   - Replay true: StartAtOldest replays the retained log to a new group.
 //   - Headers true: Headers are stored and delivered as published.
@@ -108,7 +109,7 @@
 // "memory", Partition, Offset, BrokerID "partition/offset" (for example
 // "3/1042"), PublishedAt (when Publish stored it), ReceivedAt (when Receive
 // returned it) and Attempt. Both times come from the broker's clock: the
-// wall-clock time the Broker was made plus monotonic time since, so they
+// wall-clock time the broker was made plus monotonic time since, so they
 // never go backwards.
 //
 // # Not supported
@@ -117,7 +118,7 @@
 //     never expire; a delivery stays outstanding until settled or revoked.
 //   - A native DLQ: the broker never moves a message by itself, whatever its
 //     attempt count; dead-lettering middleware publishes to a DLQ topic.
-//   - Persistence: closing the Broker or ending the process drops every
+//   - Persistence: closing the broker or ending the process drops every
 //     message.
 //   - Subscription.MaxInFlight is ignored: nothing is prefetched.
 //   - Publish never returns [transport.ErrUnknownOutcome]: the outcome is

@@ -11,7 +11,11 @@ import (
 
 func Example() {
 	ctx := context.Background()
-	b := memory.New(memory.Partitions(4))
+	b, err := memory.New(ctx, "memory://?partitions=4")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer b.Close(ctx)
 
 	s, _ := b.Subscribe(ctx, transport.Subscription{Topic: "orders", Group: "inventory"})
@@ -62,5 +66,5 @@ func Example_openFromURL() {
 	fmt.Println(err)
 	// Output:
 	// send confirmation for order-1 from memory
-	// transport: open memory://checkout?partitons=4: transport: invalid option: memory: unknown option(s) partitons (known: partitions, retention, max_payload)
+	// transport: open memory://checkout: ferry: invalid option: memory: unknown option(s) partitons (known: max_payload, partitions, retention)
 }

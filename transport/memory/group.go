@@ -13,7 +13,7 @@ import (
 
 // topic is a named set of partitions and the groups consuming it.
 type topic struct {
-	b     *Broker
+	b     *broker
 	name  string
 	parts []*partition
 	rr    atomic.Uint32 // round-robin for messages without a Key
@@ -24,7 +24,7 @@ type topic struct {
 	groups map[string]*group
 }
 
-func newTopic(b *Broker, name string) *topic {
+func newTopic(b *broker, name string) *topic {
 	t := &topic{b: b, name: name, groups: make(map[string]*group)}
 	t.parts = make([]*partition, b.cfg.partitions)
 	for i := range t.parts {

@@ -42,7 +42,7 @@ func newEntry(m *handler.Message, now int64) *entry {
 
 // message returns a deep copy of e as a Message of topic, with the facts a
 // reader (ListDLQ) can know.
-func (e *entry) message(b *Broker, topic string, part int32) *handler.Message {
+func (e *entry) message(b *broker, topic string, part int32) *handler.Message {
 	m := &handler.Message{ID: e.id, Key: e.key, Topic: topic}
 	if e.payload != nil {
 		m.Payload = append([]byte(nil), e.payload...)

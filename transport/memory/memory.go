@@ -16,56 +16,54 @@ import (
 // Scheme is the URL scheme of this transport, registered from init.
 const Scheme = "memory"
 
-// A Broker is an in-process message broker: named topics of partitioned,
-// append-only logs, consumed by groups. Its zero value is not usable; make
-// one with [New], or open a named one by URL with [transport.Open].
-//
-// A Broker is a [transport.Transport], [transport.BatchPublisher],
-// [transport.DeadLetters] and [transport.LagReporter], and all its methods
-// may be called concurrently. Closing it closes every stream and every
-// [Conn] on it. To give several parts of a program their own handle, which
-// they may close without closing the broker, use [Broker.Connect].
-type Broker struct {
+// broker is an in-process message broker: named topics of partitioned,
+// append-only logs, consumed by groups. Programs reach it only through
+// [Transport] handles.
+type broker struct {
 	cfg   config
 	sem   transport.Semantics
 	epoch time.Time // the broker clock's zero
 
-	root   *Conn
 	closed atomic.Bool
 
 	topics atomic.Pointer[map[string]*topic] // copy on write, under mu
 
 	mu    sync.Mutex
-	conns map[*Conn]struct{}
+	conns map[*Transport]struct{}
 
 	memberSeq atomic.Uint64
 }
 
-var (
-	_ transport.Transport      = (*Broker)(nil)
-	_ transport.BatchPublisher = (*Broker)(nil)
-	_ transport.DeadLetters    = (*Broker)(nil)
-	_ transport.LagReporter    = (*Broker)(nil)
-)
-
-// New returns a Broker configured by opts:
+// New returns a new in-process broker, configured by rawURL and opts, and
+// the first handle on it. rawURL is a memory URL ("memory://", or
+// "memory://orders?partitions=4"; see the package documentation for its
+// keys); opts apply after the URL's settings:
 //
 //   - [Partitions]: partitions per topic (default 8)
 //   - [Retention]: messages kept per partition (default 65536)
 //   - [MaxPayload]: the largest payload in bytes (default 1 MiB)
 //
-// New never fails. An invalid option (Partitions(0), say) makes every later
-// call on the Broker return an error wrapping [transport.ErrInvalidOption]
-// that says which option; [Broker.Err] returns it at once.
-func New(opts ...Option) *Broker {
-	return newBroker(newConfig(opts...))
+// An invalid URL or option returns an error wrapping
+// [transport.ErrInvalidOption] that names it. The broker is private to the
+// returned Transport and the handles made from it with [Transport.Connect]:
+// unlike [transport.Open], New never shares a broker by name. Closing the
+// returned Transport closes the broker. ctx is not used: nothing waits.
+func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
+	cfg, err := parse(rawURL, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := newBroker(cfg)
+	t := b.connect()
+	t.owner = true
+	return t, nil
 }
 
-func newBroker(cfg config) *Broker {
-	b := &Broker{
+func newBroker(cfg config) *broker {
+	b := &broker{
 		cfg:   cfg,
 		epoch: time.Now(),
-		conns: make(map[*Conn]struct{}),
+		conns: make(map[*Transport]struct{}),
 		sem: transport.Semantics{
 			Transport:       Scheme,
 			Ordering:        transport.OrderPerKey,
@@ -83,30 +81,19 @@ func newBroker(cfg config) *Broker {
 		},
 	}
 	b.topics.Store(&map[string]*topic{})
-	b.root = b.Connect()
 	return b
 }
 
-// Err returns the configuration error of the options given to [New], or nil.
-func (b *Broker) Err() error { return b.cfg.err }
-
-// Semantics returns what every stream of b declares; see the package
-// documentation's "Delivery semantics".
-func (b *Broker) Semantics() transport.Semantics { return b.sem }
-
 // now is the broker clock: monotonic nanoseconds since the broker was made.
 // It costs half of time.Now, and its times never go backwards.
-func (b *Broker) now() int64 { return int64(time.Since(b.epoch)) }
+func (b *broker) now() int64 { return int64(time.Since(b.epoch)) }
 
 // time converts a broker clock reading to wall-clock time.
-func (b *Broker) time(now int64) time.Time { return b.epoch.Add(time.Duration(now)) }
+func (b *broker) time(now int64) time.Time { return b.epoch.Add(time.Duration(now)) }
 
-// Connect returns a new handle on b: a [transport.Transport] that shares b's
-// topics, groups and messages, and whose Close closes only the streams it
-// opened. [URLOpener] returns one per Open, so that a publisher and a
-// subscriber opened by URL each have their own Close.
-func (b *Broker) Connect() *Conn {
-	c := &Conn{b: b, streams: make(map[*stream]struct{})}
+// connect returns a new handle on b.
+func (b *broker) connect() *Transport {
+	c := &Transport{b: b, streams: make(map[*stream]struct{})}
 	b.mu.Lock()
 	if b.closed.Load() {
 		c.closed.Store(true)
@@ -117,33 +104,16 @@ func (b *Broker) Connect() *Conn {
 	return c
 }
 
-// Publish appends a copy of m to a partition of m.Topic, creating the topic
-// on first use. See [Conn.Publish].
-func (b *Broker) Publish(ctx context.Context, m *handler.Message) error {
-	return b.root.Publish(ctx, m)
-}
-
-// PublishBatch publishes msgs in order. See [Conn.PublishBatch].
-func (b *Broker) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
-	return b.root.PublishBatch(ctx, msgs)
-}
-
-// Subscribe joins sub's group on sub.Topic. See [Conn.Subscribe].
-func (b *Broker) Subscribe(ctx context.Context, sub transport.Subscription) (transport.Stream, error) {
-	return b.root.Subscribe(ctx, sub)
-}
-
-// Close closes the broker: every stream on it (releasing unsettled
-// deliveries, as Stream.Close does) and every [Conn]. Later calls return
-// errors wrapping [transport.ErrClosed]. The messages are dropped with the
-// Broker. ctx is not used: nothing waits. Closing twice does nothing.
-func (b *Broker) Close(ctx context.Context) error {
+// close closes the broker: every stream on it (releasing unsettled
+// deliveries, as Stream.Close does) and every handle. The messages are
+// dropped with it. Closing twice does nothing.
+func (b *broker) close() {
 	b.mu.Lock()
 	if b.closed.Swap(true) {
 		b.mu.Unlock()
-		return nil
+		return
 	}
-	conns := make([]*Conn, 0, len(b.conns))
+	conns := make([]*Transport, 0, len(b.conns))
 	for c := range b.conns {
 		conns = append(conns, c)
 	}
@@ -152,11 +122,10 @@ func (b *Broker) Close(ctx context.Context) error {
 	for _, c := range conns {
 		c.close()
 	}
-	return nil
 }
 
 // topic returns the topic named name, creating it.
-func (b *Broker) topic(name string) *topic {
+func (b *broker) topic(name string) *topic {
 	if t := (*b.topics.Load())[name]; t != nil {
 		return t
 	}
@@ -177,14 +146,21 @@ func (b *Broker) topic(name string) *topic {
 }
 
 // lookup returns the topic named name, or nil.
-func (b *Broker) lookup(name string) *topic { return (*b.topics.Load())[name] }
+func (b *broker) lookup(name string) *topic { return (*b.topics.Load())[name] }
 
-// A Conn is one handle on a [Broker], made by [Broker.Connect] or returned
-// by opening a memory URL. It publishes to and subscribes on its Broker, and
-// its Close closes only the streams it opened, leaving the Broker and its
-// messages to other handles. All methods may be called concurrently.
-type Conn struct {
-	b      *Broker
+// A Transport is a handle on an in-process broker, made by [New], by
+// [Transport.Connect], or by opening a memory URL with [transport.Open]. It
+// publishes to and subscribes on its broker. The handle made by New owns the
+// broker: its Close closes the broker and every handle on it. Any other
+// handle's Close closes only the streams it opened, leaving the broker and
+// its messages to the others.
+//
+// A Transport is a [transport.Transport], [transport.BatchPublisher],
+// [transport.DeadLetters] and [transport.LagReporter]; all its methods may be
+// called concurrently.
+type Transport struct {
+	b      *broker
+	owner  bool
 	closed atomic.Bool
 
 	mu      sync.Mutex
@@ -192,21 +168,27 @@ type Conn struct {
 }
 
 var (
-	_ transport.Transport      = (*Conn)(nil)
-	_ transport.BatchPublisher = (*Conn)(nil)
-	_ transport.DeadLetters    = (*Conn)(nil)
-	_ transport.LagReporter    = (*Conn)(nil)
+	_ transport.Transport      = (*Transport)(nil)
+	_ transport.BatchPublisher = (*Transport)(nil)
+	_ transport.DeadLetters    = (*Transport)(nil)
+	_ transport.LagReporter    = (*Transport)(nil)
 )
 
-// Broker returns the Broker c is a handle on.
-func (c *Conn) Broker() *Broker { return c.b }
+// Connect returns a new handle on c's broker: it shares the broker's topics,
+// groups and messages, and its Close closes only the streams it opened.
+// Give one to each part of a program that closes its own.
+func (c *Transport) Connect() *Transport { return c.b.connect() }
+
+// Semantics returns what every stream of the broker declares; see the
+// package documentation's "Delivery semantics".
+func (c *Transport) Semantics() transport.Semantics { return c.b.sem }
 
 // check returns why c cannot be used, or nil.
-func (c *Conn) check() error {
+func (c *Transport) check() error {
 	if c.closed.Load() || c.b.closed.Load() {
 		return transport.ErrClosed
 	}
-	return c.b.cfg.err
+	return nil
 }
 
 // Publish appends a copy of m (ID, Key, Payload and Headers; the copy shares
@@ -221,7 +203,7 @@ func (c *Conn) check() error {
 //
 // Cost: two allocations (the stored copy and its payload) plus the headers
 // map if any, and one partition lock; no broker-wide lock.
-func (c *Conn) Publish(ctx context.Context, m *handler.Message) error {
+func (c *Transport) Publish(ctx context.Context, m *handler.Message) error {
 	if err := c.validate(ctx, m); err != nil {
 		return err
 	}
@@ -235,7 +217,7 @@ func (c *Conn) Publish(ctx context.Context, m *handler.Message) error {
 	return nil
 }
 
-func (c *Conn) validate(ctx context.Context, m *handler.Message) error {
+func (c *Transport) validate(ctx context.Context, m *handler.Message) error {
 	if err := c.check(); err != nil {
 		return fmt.Errorf("memory: publish %s: %w", m.Topic, err)
 	}
@@ -259,7 +241,7 @@ func (c *Conn) validate(ctx context.Context, m *handler.Message) error {
 // returns nil when all were stored, or a *[transport.BatchError] with one
 // entry per message: a message that fails (too large, no topic) does not
 // stop the others. The same ctx and Close rules as Publish apply.
-func (c *Conn) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
+func (c *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
 	type item struct {
 		p *partition
 		e *entry
@@ -312,7 +294,7 @@ func (c *Conn) PublishBatch(ctx context.Context, msgs []*handler.Message) error 
 // A join rebalances the group, revoking the deliveries of partitions that
 // move (see the package documentation). ctx only bounds the call. After
 // Close it returns an error wrapping [transport.ErrClosed].
-func (c *Conn) Subscribe(ctx context.Context, sub transport.Subscription) (transport.Stream, error) {
+func (c *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (transport.Stream, error) {
 	if err := c.check(); err != nil {
 		return nil, fmt.Errorf("memory: subscribe %s: %w", sub.Topic, err)
 	}
@@ -322,7 +304,7 @@ func (c *Conn) Subscribe(ctx context.Context, sub transport.Subscription) (trans
 	if sub.Topic == "" {
 		return nil, fmt.Errorf("%w: memory: subscribe: Subscription has no Topic", transport.ErrInvalidOption)
 	}
-	if err := transport.UnknownKeys(Scheme, sub.Options); err != nil {
+	if err := transport.OptionsQuery(Scheme, sub.Options).Err(); err != nil {
 		return nil, err
 	}
 	b := c.b
@@ -376,7 +358,7 @@ func (c *Conn) Subscribe(ctx context.Context, sub transport.Subscription) (trans
 }
 
 // forget drops s from c's streams.
-func (c *Conn) forget(s *stream) {
+func (c *Transport) forget(s *stream) {
 	c.mu.Lock()
 	delete(c.streams, s)
 	c.mu.Unlock()
@@ -384,10 +366,16 @@ func (c *Conn) forget(s *stream) {
 
 // Close closes every stream c opened, releasing their unsettled deliveries
 // for redelivery to the other members of their groups, and makes c's later
-// calls return errors wrapping [transport.ErrClosed]. The Broker and its
-// messages stay for its other handles. ctx is not used: nothing waits.
-// Closing twice does nothing.
-func (c *Conn) Close(ctx context.Context) error {
+// calls return errors wrapping [transport.ErrClosed]. If c was made by
+// [New] it closes the broker too, with every other handle and stream on it,
+// and the messages are dropped; otherwise the broker and its messages stay
+// for its other handles. ctx is not used: nothing waits. Closing twice does
+// nothing.
+func (c *Transport) Close(ctx context.Context) error {
+	if c.owner {
+		c.b.close()
+		return nil
+	}
 	c.b.mu.Lock()
 	delete(c.b.conns, c)
 	c.b.mu.Unlock()
@@ -395,7 +383,7 @@ func (c *Conn) Close(ctx context.Context) error {
 	return nil
 }
 
-func (c *Conn) close() {
+func (c *Transport) close() {
 	c.mu.Lock()
 	c.closed.Store(true)
 	streams := make([]*stream, 0, len(c.streams))

@@ -69,13 +69,19 @@ func ack(t testing.TB, d transport.Delivery) {
 	}
 }
 
-func testBroker(t testing.TB, opts ...Option) *Broker {
+func testBroker(t testing.TB, opts ...Option) *Transport {
 	t.Helper()
-	b := New(opts...)
-	if err := b.Err(); err != nil {
+	b := mustNew(t, opts...)
+	t.Cleanup(func() { b.Close(context.Background()) })
+	return b
+}
+
+func mustNew(t testing.TB, opts ...Option) *Transport {
+	t.Helper()
+	b, err := New(context.Background(), "memory://", opts...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { b.Close(context.Background()) })
 	return b
 }
 
@@ -572,7 +578,7 @@ func TestCloseUnblocksReceive(t *testing.T) {
 }
 
 func TestBrokerClose(t *testing.T) {
-	b := New()
+	b := mustNew(t)
 	s := sub(t, b, "orders", "g", "", false)
 	errc := make(chan error, 1)
 	go func() {
@@ -634,7 +640,7 @@ func TestTooLarge(t *testing.T) {
 	if d := recv(t, s); d.Message().ID != "ok" || d.Message().Facts().Offset != 0 {
 		t.Fatalf("got %s at %d", d.Message().ID, d.Message().Facts().Offset)
 	}
-	if sem := New().Semantics(); sem.MaxPayload != DefaultMaxPayload {
+	if sem := mustNew(t).Semantics(); sem.MaxPayload != DefaultMaxPayload {
 		t.Fatalf("default MaxPayload %d", sem.MaxPayload)
 	}
 }
@@ -863,7 +869,7 @@ func TestPrivateGroups(t *testing.T) {
 		}
 	}
 	s1.Close(context.Background())
-	tp := b.lookup("orders")
+	tp := b.b.lookup("orders")
 	for _, p := range tp.parts {
 		p.mu.Lock()
 		n := len(p.gps)
@@ -894,20 +900,22 @@ func TestSubscribeErrors(t *testing.T) {
 }
 
 func TestInvalidOptions(t *testing.T) {
-	for _, o := range []Option{Partitions(0), Partitions(1 << 20), Retention(-1), MaxPayload(-5)} {
-		b := New(o)
-		if !errors.Is(b.Err(), transport.ErrInvalidOption) {
-			t.Fatalf("Err() = %v", b.Err())
-		}
-		if err := b.Publish(context.Background(), &handler.Message{Topic: "t"}); !errors.Is(err, transport.ErrInvalidOption) {
-			t.Fatalf("publish: %v", err)
-		}
-		if _, err := b.Subscribe(context.Background(), transport.Subscription{Topic: "t"}); !errors.Is(err, transport.ErrInvalidOption) {
-			t.Fatalf("subscribe: %v", err)
+	for _, o := range []Option{Partitions(0), Partitions(1 << 20), Retention(-1), MaxPayload(-5), nil} {
+		b, err := New(context.Background(), "memory://", o)
+		if !errors.Is(err, transport.ErrInvalidOption) || b != nil {
+			t.Fatalf("New(%v) = %v, %v", o, b, err)
 		}
 	}
-	if err := New(Partitions(3), Retention(0), MaxPayload(0)).Err(); err != nil {
+	// Options given to New override the URL's.
+	b, err := New(context.Background(), "memory://?partitions=2", Partitions(3), Retention(0), MaxPayload(0))
+	if err != nil {
 		t.Fatal(err)
+	}
+	if b.b.cfg.partitions != 3 {
+		t.Fatalf("partitions %d, want the option's 3", b.b.cfg.partitions)
+	}
+	if _, err := New(context.Background(), "redis://x"); !errors.Is(err, transport.ErrInvalidOption) {
+		t.Fatalf("another scheme: %v", err)
 	}
 }
 
@@ -955,11 +963,11 @@ func TestURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := pubT.(*Conn)
-	if c.Broker() != subT.(*Conn).Broker() || c.Broker() == other.(*Conn).Broker() {
+	c := pubT.(*Transport)
+	if c.b != subT.(*Transport).b || c.b == other.(*Transport).b {
 		t.Fatal("the same name must reach the same broker, another name another")
 	}
-	if cfg := c.Broker().cfg; cfg.partitions != 2 || cfg.retention != 100 || cfg.maxPayload != 64 {
+	if cfg := c.b.cfg; cfg.partitions != 2 || cfg.retention != 100 || cfg.maxPayload != 64 {
 		t.Fatalf("config %+v", cfg)
 	}
 	s := sub(t, subT, "orders", "g", "", false)

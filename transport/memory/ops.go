@@ -10,21 +10,6 @@ import (
 	"github.com/ferrymq/ferry/transport"
 )
 
-// ListDLQ lists the DLQ topic dlq. See [Conn.ListDLQ].
-func (b *Broker) ListDLQ(ctx context.Context, dlq string, limit int) ([]*handler.Message, error) {
-	return b.root.ListDLQ(ctx, dlq, limit)
-}
-
-// ReplayDLQ replays messages of the DLQ topic dlq. See [Conn.ReplayDLQ].
-func (b *Broker) ReplayDLQ(ctx context.Context, dlq string, r transport.Replay) (int, error) {
-	return b.root.ReplayDLQ(ctx, dlq, r)
-}
-
-// Lag reports how far sub's group is behind. See [Conn.Lag].
-func (b *Broker) Lag(ctx context.Context, sub transport.Subscription) ([]transport.Lag, error) {
-	return b.root.Lag(ctx, sub)
-}
-
 // ListDLQ returns up to limit messages of the topic named dlq (all of them
 // when limit ≤ 0), oldest first across its partitions, without consuming or
 // settling anything. A DLQ on this transport is an ordinary topic that
@@ -35,7 +20,7 @@ func (b *Broker) Lag(ctx context.Context, sub transport.Subscription) ([]transpo
 // topic that does not exist is an empty DLQ. Each Message is a deep copy the
 // caller owns, with Facts Transport, Partition, Offset, BrokerID and
 // PublishedAt set.
-func (c *Conn) ListDLQ(ctx context.Context, dlq string, limit int) ([]*handler.Message, error) {
+func (c *Transport) ListDLQ(ctx context.Context, dlq string, limit int) ([]*handler.Message, error) {
 	if err := c.check(); err != nil {
 		return nil, fmt.Errorf("memory: list DLQ %s: %w", dlq, err)
 	}
@@ -64,7 +49,7 @@ func (c *Conn) ListDLQ(ctx context.Context, dlq string, limit int) ([]*handler.M
 // returns how many were replayed. It stops at the first failure (a message
 // with no destination, a publish error, ctx ending), leaving that message
 // and the rest in the DLQ; replaying again is safe.
-func (c *Conn) ReplayDLQ(ctx context.Context, dlq string, r transport.Replay) (int, error) {
+func (c *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Replay) (int, error) {
 	if err := c.check(); err != nil {
 		return 0, fmt.Errorf("memory: replay DLQ %s: %w", dlq, err)
 	}
@@ -159,7 +144,7 @@ func (t *topic) snapshot(limit int) []located {
 // Group (a private group has no name to ask by). It takes each partition's
 // lock in turn, and costs time in proportion to the group's unsettled
 // deliveries.
-func (c *Conn) Lag(ctx context.Context, sub transport.Subscription) ([]transport.Lag, error) {
+func (c *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]transport.Lag, error) {
 	if err := c.check(); err != nil {
 		return nil, fmt.Errorf("memory: lag %s: %w", sub.Topic, err)
 	}

@@ -6,7 +6,7 @@ import (
 	"github.com/ferrymq/ferry/transport"
 )
 
-// Defaults of a [Broker] made by [New] or opened by URL.
+// Defaults of a [Transport] made by [New] or opened by URL.
 const (
 	DefaultPartitions = 8       // partitions per topic; see [Partitions]
 	DefaultRetention  = 1 << 16 // messages kept per partition; see [Retention]
@@ -17,7 +17,7 @@ const (
 // of partitions.
 const maxPartitions = 1 << 16
 
-// An Option configures a [Broker]. Options are made by the functions of this
+// An Option configures a [Transport]. Options are made by the functions of this
 // package ([Partitions], [Retention], [MaxPayload]); no other package can
 // implement one.
 type Option interface {
@@ -28,7 +28,7 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-// config is a Broker's configuration, checked once in newConfig.
+// config is a broker's configuration, checked once in parse.
 type config struct {
 	partitions int
 	retention  int // 0: unlimited
@@ -36,18 +36,12 @@ type config struct {
 	err        error
 }
 
-func newConfig(opts ...Option) config {
-	c := config{
+func defaultConfig() config {
+	return config{
 		partitions: DefaultPartitions,
 		retention:  DefaultRetention,
 		maxPayload: DefaultMaxPayload,
 	}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
-		}
-	}
-	return c
 }
 
 func (c *config) fail(format string, args ...any) {
@@ -74,7 +68,7 @@ func Partitions(n int) Option {
 
 // Retention sets how many messages each partition keeps for replay once
 // every group has received them, overriding the default of 65536
-// ([DefaultRetention]); 0 keeps every message for the life of the Broker.
+// ([DefaultRetention]); 0 keeps every message for the life of the broker.
 // It never loses a message that some group has yet to receive:
 //
 //   - A partition holding more than n messages drops its oldest ones, but
@@ -92,7 +86,7 @@ func Partitions(n int) Option {
 // is the URL query key "retention"; Kafka's retention.bytes is the nearest
 // setting.
 //
-// Memory: a Broker holds, per partition of each topic, min(n, published)
+// Memory: a broker holds, per partition of each topic, min(n, published)
 // messages plus the backlog of its slowest group, payloads included.
 func Retention(n int) Option {
 	return optionFunc(func(c *config) {

@@ -29,8 +29,8 @@ const (
 
 // stream is one member of a group: what Subscribe returns.
 type stream struct {
-	b    *Broker
-	c    *Conn
+	b    *broker
+	c    *Transport
 	t    *topic
 	g    *group // set under t.mu once joined
 	name string
@@ -190,9 +190,9 @@ func (s *stream) closedErr() error {
 	return fmt.Errorf("memory: receive %s/%s: %w", s.t.name, s.name, transport.ErrClosed)
 }
 
-// Semantics returns the Broker's [transport.Semantics]; see the package
+// Semantics returns the broker's [transport.Semantics]; see the package
 // documentation.
-func (s *stream) Semantics() transport.Semantics { return s.b.Semantics() }
+func (s *stream) Semantics() transport.Semantics { return s.b.sem }
 
 // Close leaves the group: the member's partitions go to the remaining
 // members, and every delivery it holds unsettled is revoked and redelivered

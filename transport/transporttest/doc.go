@@ -11,7 +11,7 @@
 // connections, and two functions. This is, in essence, the memory
 // transport's (in transporttest's own memory_test.go), the model to copy:
 //
-//	type harness struct{ broker *memory.Broker }
+//	type harness struct{ broker *memory.Transport }
 //
 //	// Open returns a new connection: each call is its own client.
 //	func (h harness) Open(tb testing.TB) transport.Transport {
@@ -21,13 +21,13 @@
 //	}
 //
 //	func TestConformance(t *testing.T) {
-//		b := memory.New()
+//		b, _ := memory.New(context.Background(), "memory://")
 //		t.Cleanup(func() { _ = b.Close(context.Background()) })
 //		transporttest.Run(t, harness{broker: b})
 //	}
 //
 //	func BenchmarkConformance(b *testing.B) {
-//		br := memory.New()
+//		br, _ := memory.New(context.Background(), "memory://")
 //		b.Cleanup(func() { _ = br.Close(context.Background()) })
 //		transporttest.RunBenchmarks(b, harness{broker: br})
 //	}

@@ -21,26 +21,26 @@ func BenchmarkConformance(b *testing.B) {
 	transporttest.RunBenchmarks(b, newMemoryHarness(b))
 }
 
-// memoryHarness runs the suite on one in-process Broker. Each Open is a
-// new Conn on it, as each client of a real broker is its own connection.
+// memoryHarness runs the suite on one in-process broker. Each Open is a
+// new handle on it, as each client of a real broker is its own connection.
 //
-// It is also a Restarter: Restart closes every Conn opened so far, as a
-// broker restart drops its clients, while the Broker keeps its topics,
+// It is also a Restarter: Restart closes every handle opened so far, as a
+// broker restart drops its clients, while the broker keeps its topics,
 // groups and messages, as a durable broker keeps them on disk.
 type memoryHarness struct {
-	broker *memory.Broker
+	broker *memory.Transport
 
 	mu    *sync.Mutex
-	conns *[]*memory.Conn
+	conns *[]*memory.Transport
 }
 
 func newMemoryHarness(tb testing.TB, opts ...memory.Option) memoryHarness {
-	b := memory.New(opts...)
-	if err := b.Err(); err != nil {
+	b, err := memory.New(context.Background(), "memory://", opts...)
+	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = b.Close(context.Background()) })
-	return memoryHarness{broker: b, mu: new(sync.Mutex), conns: new([]*memory.Conn)}
+	return memoryHarness{broker: b, mu: new(sync.Mutex), conns: new([]*memory.Transport)}
 }
 
 func (h memoryHarness) Open(tb testing.TB) transport.Transport {
