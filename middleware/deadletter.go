@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -196,7 +197,7 @@ func (h *deadLetterHandler) Handle(ctx context.Context, m *handler.Message) erro
 	}
 	dlq := h.cfg.dlq
 	if dlq == "" {
-		dlq = defaultDLQ(m)
+		dlq = defaultDLQ(ctx, m)
 	}
 	dl := DeadLetterMessage(m, dlq, err, time.Now())
 	if perr := h.pub.Publish(ctx, dl); perr != nil {
@@ -208,11 +209,15 @@ func (h *deadLetterHandler) Handle(ctx context.Context, m *handler.Message) erro
 	return nil
 }
 
-func defaultDLQ(m *handler.Message) string {
-	if s := m.Facts().Subscription; s != "" {
-		return DLQName(s)
+// defaultDLQ is the DLQ the transport names for the message's group
+// ([transport.DLQName], passed by the Router in [transport.StreamInfo]);
+// outside a Router, "<group or subscription or topic>.dlq".
+func defaultDLQ(ctx context.Context, m *handler.Message) string {
+	if si, ok := transport.StreamFromContext(ctx); ok && si.DLQ != "" {
+		return si.DLQ
 	}
-	return DLQName(m.Topic)
+	f := m.Facts()
+	return transport.DLQName(nil, transport.Subscription{Topic: m.Topic, Group: cmp.Or(f.Group, f.Subscription)})
 }
 
 // DeadLetterMessage returns the dead letter [DeadLetter] publishes for m,

@@ -320,7 +320,7 @@ func (h *parkHandler) Handle(ctx context.Context, m *handler.Message) error {
 // parked runs the visibility copy and the alert hook of a new park.
 func (h *parkHandler) parked(ctx context.Context, sub string, m *handler.Message, herr error, f parking.Failure) {
 	if h.cfg.dlq != nil {
-		dl := DeadLetterMessage(m, defaultDLQ(m), herr, f.At)
+		dl := DeadLetterMessage(m, defaultDLQ(ctx, m), herr, f.At)
 		dl.Headers[HeaderParked] = "true"
 		if err := h.cfg.dlq.Publish(ctx, dl); err != nil {
 			slog.Default().Warn("middleware: park: publishing the visibility copy to the DLQ failed; the message is safe in the lot",

@@ -54,6 +54,17 @@ type Subscriber interface {
 	Close(ctx context.Context) error
 }
 
+// A Declarer is a Subscriber that says what a stream of sub would declare,
+// without opening it or touching the broker: the Router checks an ordering
+// request at Add, before anything runs, and the ferry command prints the
+// table of a URL. The stream Subscribe(sub) returns declares the same
+// Semantics (the conformance suite checks it). Declare returns an error
+// wrapping [ErrInvalidOption] for a sub that Subscribe would refuse for its
+// options. Every transport of this module implements it.
+type Declarer interface {
+	Declare(sub Subscription) (Semantics, error)
+}
+
 // Transport is what [Open] returns: one connection to a broker that both
 // publishes and subscribes. Its single Close closes both sides.
 type Transport interface {

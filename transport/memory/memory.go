@@ -172,6 +172,7 @@ var (
 	_ transport.BatchPublisher = (*Transport)(nil)
 	_ transport.DeadLetters    = (*Transport)(nil)
 	_ transport.LagReporter    = (*Transport)(nil)
+	_ transport.Declarer       = (*Transport)(nil)
 )
 
 // Connect returns a new handle on c's broker: it shares the broker's topics,
@@ -182,6 +183,16 @@ func (c *Transport) Connect() *Transport { return c.b.connect() }
 // Semantics returns what every stream of the broker declares; see the
 // package documentation's "Delivery semantics".
 func (c *Transport) Semantics() transport.Semantics { return c.b.sem }
+
+// Declare returns what Subscribe(sub) would declare: the broker's
+// Semantics, whatever sub, or an error if sub has options (memory takes
+// none).
+func (c *Transport) Declare(sub transport.Subscription) (transport.Semantics, error) {
+	if err := transport.OptionsQuery(Scheme, sub.Options).Err(); err != nil {
+		return transport.Semantics{}, err
+	}
+	return c.b.sem, nil
+}
 
 // check returns why c cannot be used, or nil.
 func (c *Transport) check() error {
