@@ -17,6 +17,13 @@ type Semantics struct {
 	// Ordering is the scope within which deliveries arrive in publish order.
 	Ordering Ordering
 
+	// OrderingHint says, where Ordering is OrderNone, what configuration of
+	// this transport would keep order (for example "a queue whose name ends
+	// in .fifo", or the URL option "shards=N"). The Router quotes it when it
+	// refuses an ordering request at Add. Empty where order is kept, or
+	// where the broker cannot keep it at all.
+	OrderingHint string
+
 	// Ack is how settled deliveries are recorded at the broker.
 	Ack AckModel
 
