@@ -56,9 +56,11 @@ func TestBrokers(t *testing.T) {
 }
 
 // builtDLQ is where DeadLetter's dead letters of subscription name are
-// listed on a transport with a built DLQ: the topic or stream
-// "<subscription>.dlq".
-func builtDLQ(_, name string) string { return middleware.DLQName(name) }
+// listed on a transport with a built DLQ: the topic or stream the transport
+// names for the group, "<subscription>.dlq".
+func builtDLQ(_, name string) string {
+	return transport.DLQName(nil, transport.Subscription{Group: name})
+}
 
 // The redis scheme is registered by importing redisstream.
 var _ = redisstream.Scheme
@@ -196,7 +198,7 @@ func brokerCases(t *testing.T, tr transport.Transport, names func(t *testing.T) 
 		}
 
 		broken.Store(false)
-		n, err := middleware.ReplayDeadLetters(context.Background(), tr, dlqName, transport.Replay{})
+		n, err := tr.(transport.DeadLetters).ReplayDLQ(context.Background(), dlqName, transport.Replay{})
 		if err != nil || n != 1 {
 			t.Fatalf("replayed %d: %v", n, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
@@ -44,17 +45,17 @@ func (e *DeadLetterError) Is(target error) bool { return target == ErrDeadLetter
 
 type deadLetterConfig struct {
 	optionError
-	dlq           string
-	deferNative   bool
-	failureDelay  time.Duration
-	semantics     transport.Semantics
-	haveSemantics bool
-	onDeadLetter  func(dlq string, m *handler.Message, err error)
+	dlq          string
+	deferNative  bool
+	failureDelay time.Duration
+	onDeadLetter func(dlq string, m *handler.Message, err error)
 }
 
 // DLQ sets the DLQ's name (the topic, queue or stream dead letters are
-// published to) for every message, overriding the default
-// [DLQName](subscription): "<subscription>.dlq".
+// published to) for every message, overriding the default: the DLQ the
+// transport names for the subscription's group ([transport.DLQName], which
+// the Router passes in [transport.StreamInfo]; "<group>.dlq" on most
+// transports).
 func DLQ(name string) DeadLetterOption {
 	return deadLetterOption(func(c *deadLetterConfig) {
 		if name == "" {
@@ -66,16 +67,17 @@ func DLQ(name string) DeadLetterOption {
 }
 
 // DeferToNative makes [DeadLetter] leave dead-lettering to the broker where
-// the stream's [Semantics] (the option, required with this one) declare a
-// native DLQ: SQS with a redrive policy, RabbitMQ quorum queues with a DLX
+// the stream's declared [transport.Semantics] (passed by the Router in the
+// handler's context) say NativeDLQ: SQS with a redrive policy, RabbitMQ quorum queues with a DLX
 // and x-delivery-limit. DeadLetter then returns the handler unchanged; a
 // message that still fails after [Retry] is Nacked, and the broker moves it
 // to its DLQ when its delivery count reaches the broker's limit. The native
 // DLQ keeps the original message but not the handler's error: SQS keeps
 // none of Ferry's failure headers, and the RabbitMQ transport adds a
 // generic record (a delivery-limit error text, attempts, times) next to the
-// broker's x-death. Where the transport declares no native DLQ the option
-// changes nothing: the middleware publishes to its built DLQ.
+// broker's x-death. Where the transport declares no native DLQ, or outside
+// a Router, the option changes nothing: the middleware publishes to its
+// built DLQ (so p must then not be nil).
 //
 // RabbitMQ does not need it: there DeadLetter's default publish already
 // lands in the native DLQ, with the handler's error (see the package doc,
@@ -112,13 +114,12 @@ func OnDeadLetter(fn func(dlq string, m *handler.Message, err error)) DeadLetter
 // DeadLetter returns a middleware that publishes a message its handlers
 // failed to the subscription's DLQ with p, and then reports success, so that
 // the Router acks the original: the failure is recorded, the message is kept,
-// and the subscription moves on. The DLQ is "<subscription>.dlq" (see
-// [DLQName]) unless [DLQ] names another; it is the built DLQ of transports
+// and the subscription moves on. The DLQ is the one the transport names
+// for the subscription's group ([transport.DLQName]; "<group>.dlq" on most
+// transports) unless [DLQ] names another: the built DLQ of transports
 // without a native one (a Kafka topic, a Redis stream, an MQTT topic), and
-// on RabbitMQ an exchange that Subscribe binds to the subscription's native
-// DLQ queue. Every DLQ can be listed and replayed through
-// [transport.DeadLetters]; the package doc says under which name on each
-// broker.
+// the native DLQ where the transport routes both there. Every DLQ can be
+// listed and replayed under that name through [transport.DeadLetters].
 //
 // The dead letter keeps the original's ID, Key, Payload and Headers byte for
 // byte, and adds the [transport.DeadLetterHeaders]: the error text (with the
@@ -156,35 +157,36 @@ func DeadLetter(p transport.Publisher, opts ...DeadLetterOption) (handler.Middle
 	if c.err != nil {
 		return nil, c.err
 	}
-	if c.deferNative && !c.haveSemantics {
-		return nil, fmt.Errorf("%w: DeferToNative needs the stream's Semantics: add middleware.Semantics(...)", ErrInvalidOption)
-	}
-	native := c.deferNative && c.semantics.NativeDLQ
-	if p == nil && !native {
+	if p == nil && !c.deferNative {
 		return nil, fmt.Errorf("%w: DeadLetter needs a publisher for the DLQ", ErrInvalidOption)
 	}
 	return func(next handler.Handler) handler.Handler {
-		if native {
-			return next
-		}
 		return &deadLetterHandler{next: next, pub: p, cfg: c}
 	}, nil
 }
 
+// ErrNoDLQ is wrapped by the error [DeadLetter] returns for a failed message
+// when it has no publisher ([DeferToNative] with a nil one) and the stream
+// declares no native DLQ. The message is not acked: the Router Nacks it
+// after [MisorderedDelay], and the error is logged once. Give DeadLetter a
+// publisher, or run the subscription on a transport with a native DLQ.
+var ErrNoDLQ = errors.New("middleware: no DLQ for this stream")
+
 type deadLetterHandler struct {
-	next handler.Handler
-	pub  transport.Publisher
-	cfg  deadLetterConfig
-	mis  misorder
+	next  handler.Handler
+	pub   transport.Publisher
+	cfg   deadLetterConfig
+	mis   misorder
+	noDLQ sync.Once
 }
 
 func (h *deadLetterHandler) Handle(ctx context.Context, m *handler.Message) error {
 	if s, ok := ctx.Value(scopeKey{}).(*scope); ok && layer(s.bits.Load())&layerRetry != 0 {
-		return h.mis.report(&MisorderedError{Middleware: "dead-letter", Found: "retry",
+		return h.mis.report(h.cfg.logger(), &MisorderedError{Middleware: "dead-letter", Found: "retry",
 			Fix: "it would dead-letter after the first failure and the retries would never run; " +
 				"put DeadLetter outside Retry (middleware.Recommended does)"}, m)
 	} else if ok && layer(s.bits.Load())&layerPark != 0 {
-		return h.mis.report(&MisorderedError{Middleware: "dead-letter", Found: "park",
+		return h.mis.report(h.cfg.logger(), &MisorderedError{Middleware: "dead-letter", Found: "park",
 			Fix: "it would dead-letter a failing message and let its key's later messages overtake it; " +
 				"put DeadLetter outside Park (middleware.Recommended with middleware.Parking does)"}, m)
 	}
@@ -195,11 +197,23 @@ func (h *deadLetterHandler) Handle(ctx context.Context, m *handler.Message) erro
 	if ctx.Err() != nil || errors.Is(err, ErrRedeliver) || errors.Is(err, ErrMisordered) {
 		return err
 	}
+	if h.cfg.deferNative {
+		if s, ok := transport.SemanticsFromContext(ctx); ok && s.NativeDLQ {
+			return err // the broker dead-letters at its delivery limit
+		}
+		if h.pub == nil {
+			h.noDLQ.Do(func() {
+				h.cfg.logger().Error("middleware: dead-letter: DeferToNative without a publisher on a stream with no native DLQ; failed messages are redelivered, not dead-lettered",
+					"id", m.ID, "subscription", m.Facts().Subscription)
+			})
+			return handler.RetryAfter(fmt.Errorf("%w: %w", ErrNoDLQ, err), MisorderedDelay)
+		}
+	}
 	dlq := h.cfg.dlq
 	if dlq == "" {
 		dlq = defaultDLQ(ctx, m)
 	}
-	dl := DeadLetterMessage(m, dlq, err, time.Now())
+	dl := deadLetterOf(m, dlq, err, time.Now())
 	if perr := h.pub.Publish(ctx, dl); perr != nil {
 		return handler.RetryAfter(&DeadLetterError{DLQ: dlq, Err: perr, Cause: err}, h.cfg.failureDelay)
 	}
@@ -220,14 +234,12 @@ func defaultDLQ(ctx context.Context, m *handler.Message) string {
 	return transport.DLQName(nil, transport.Subscription{Topic: m.Topic, Group: cmp.Or(f.Group, f.Subscription)})
 }
 
-// DeadLetterMessage returns the dead letter [DeadLetter] publishes for m,
-// which failed with err, addressed to dlq: a copy of m sharing nothing with
-// it, with the [transport.DeadLetterHeaders] added (replacing any m
-// carried). Attempts and failure times are read from a [Retry]
-// [ExhaustedError] in err's chain, or else are m's Facts().Attempt (at least
-// 1) and now. It is exported for code that dead-letters by hand (a CLI, a
-// batch job) so that its dead letters look the same.
-func DeadLetterMessage(m *handler.Message, dlq string, err error, now time.Time) *handler.Message {
+// deadLetterOf returns the dead letter [DeadLetter] publishes for m, which
+// failed with err, addressed to dlq: the [transport.DeadLetter] record, with
+// the attempts and failure times of a [Retry] [ExhaustedError] in err's
+// chain where there is one. Code that dead-letters by hand uses
+// transport.NewDeadLetter, the same record.
+func deadLetterOf(m *handler.Message, dlq string, err error, now time.Time) *handler.Message {
 	d := transport.NewDeadLetter(m, err, now)
 	var ex *ExhaustedError
 	if errors.As(err, &ex) {

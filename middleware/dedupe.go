@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -205,7 +204,7 @@ func OnInProgress(fn func(m *handler.Message, until time.Time)) DedupeOption {
 // [idempotency.ErrLeaseLost]), or the inbox rollback failed. The message's
 // outcome is unchanged (see [Dedupe]); the store may hold the key in
 // progress until its lease ends. Without fn the error is logged at error
-// level with slog.Default(). It must not keep m.
+// level with the middleware's logger ([WithLogger]). It must not keep m.
 func OnFinishError(fn func(m *handler.Message, err error)) DedupeOption {
 	return dedupeOption(func(c *dedupeConfig) { c.onFinishError = fn })
 }
@@ -345,7 +344,7 @@ func (h *dedupeHandler) Handle(ctx context.Context, m *handler.Message) error {
 	ctx, outer, sc := enter(ctx, layerDedupe)
 	defer sc.leave(outer)
 	if outer&(layerRetry|layerTimeout|layerRecover|layerDedupe) != 0 {
-		return h.mis.report(dedupeMisorder(outer), m)
+		return h.mis.report(h.cfg.logger(), dedupeMisorder(outer), m)
 	}
 	key := h.cfg.key(m)
 	if key == "" {
@@ -444,7 +443,7 @@ func (h *dedupeHandler) finishError(m *handler.Message, err error) {
 		h.cfg.onFinishError(m, err)
 		return
 	}
-	slog.Default().Error("middleware: dedupe: settling the claim failed; the key stays in progress until its lease ends",
+	h.cfg.logger().Error("middleware: dedupe: settling the claim failed; the key stays in progress until its lease ends",
 		"id", m.ID, "subscription", m.Facts().Subscription, "err", err)
 }
 

@@ -74,7 +74,7 @@ func TestDedupe_deadLetteredMessageReplayed(t *testing.T) {
 	waitFor(t, "the dead letter", func() bool { return len(dlq(t, b, "inventory.dlq")) == 1 && lag(t, b, topic, name) == 0 })
 
 	broken.Store(false) // the fix is deployed; replay the DLQ
-	n, err := middleware.ReplayDeadLetters(context.Background(), b, "inventory.dlq", transport.Replay{})
+	n, err := b.ReplayDLQ(context.Background(), "inventory.dlq", transport.Replay{})
 	if err != nil || n != 1 {
 		t.Fatalf("replay = %d, %v", n, err)
 	}

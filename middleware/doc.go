@@ -72,31 +72,16 @@
 //
 // # Which broker dead-letters how
 //
-// DeadLetter publishes to the topic "<subscription>.dlq" ([DLQName]) with
-// the transport's own Publisher, carrying the failure record, unless [DLQ]
-// names another. What that topic is depends on the broker, and so does the
-// name under which [ListDeadLetters] and [ReplayDeadLetters] find it:
-//
-//	transport  DeadLetter's default publish        native DLQ                          list/replay as
-//	memory     topic <subscription>.dlq            none                                <subscription>.dlq
-//	redis      stream <subscription>.dlq           max_deliveries: stream <topic>.dlq  <subscription>.dlq
-//	kafka      topic <subscription>.dlq            none (undecodable: <topic>.dlq)     <subscription>.dlq
-//	mqtt       topic <subscription>.dlq, kept by   none                                <subscription>.dlq
-//	           a persistent DLQ session
-//	sqs        queue <subscription>.dlq            redrive policy (dlq=, max_receive)  the queue's name
-//	rabbitmq   exchange <group>.dlq, bound by      DLX <queue>.dlx → queue <queue>.dlq  <topic>.<group>.dlq
-//	           Subscribe to the DLX: the native
-//	           DLQ queue <topic>.<group>.dlq
-//
-// On memory, Kafka, Redis Streams and MQTT the built DLQ is the only one
-// that carries the failure record. On RabbitMQ a topic is an exchange, and
-// Subscribe binds the exchange "<group>.dlq" to the subscription's
-// dead-letter exchange: since the Router's default group is the
-// subscription's name, DeadLetter's default publish lands in the queue the
-// broker dead-letters into
-// ([github.com/ferrymq/ferry/transport/rabbitmq.DLQName]("<topic>.<subscription>")),
-// and both kinds of dead letter are listed and replayed together. A
-// subscription whose group is not its name needs DLQ("<group>.dlq") there.
+// DeadLetter publishes, with the Publisher it is given (usually the
+// transport the subscription reads from), to the DLQ the transport names
+// for the subscription's group: [transport.DLQName], which the Router passes
+// in the handler's context ([transport.StreamInfo]). It is "<group>.dlq" on
+// most transports (the group defaults to the subscription's name); a
+// transport with a rule of its own (an SQS FIFO queue's DLQ must end in
+// ".fifo") says so on its page under docs/transports. The same name lists
+// and replays the DLQ ([transport.DeadLetters], and package dlq for
+// operators), so the middleware, the Router and operators agree on every
+// transport. [DLQ] names another.
 //
 // Where a stream declares a native DLQ ([transport.Semantics].NativeDLQ:
 // SQS with a redrive policy, RabbitMQ quorum queues with a DLX and
@@ -116,8 +101,7 @@
 // # DLQ operations
 //
 // Every DLQ can be listed and replayed through [transport.DeadLetters],
-// which each transport implements for its own DLQs. [ListDeadLetters] and
-// [ReplayDeadLetters] wrap it for the ferry CLI, and [ReadDeadLetter] parses
-// a dead letter's failure record. Replay keeps the message's ID, so dedupe
-// still holds.
+// which each transport implements for its own DLQs; package dlq wraps it for
+// operators, and [transport.ReadDeadLetter] parses a dead letter's failure
+// record. Replay keeps the message's ID, so dedupe still holds.
 package middleware

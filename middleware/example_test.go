@@ -49,9 +49,10 @@ func ExampleRecommended() {
 	<-settled
 	_ = r.Close(ctx)
 
-	dead, _ := middleware.ListDeadLetters(ctx, broker, middleware.DLQName("inventory"), 0)
-	for _, d := range dead {
-		fmt.Printf("%s %s: %s after %d attempt(s): %s\n", middleware.DLQName("inventory"), d.Message.ID, d.Info.Class, d.Info.Attempts, d.Info.Error)
+	dead, _ := broker.ListDLQ(ctx, "inventory.dlq", 0)
+	for _, m := range dead {
+		rec, _ := transport.ReadDeadLetter(m)
+		fmt.Printf("inventory.dlq %s: %s after %d attempt(s): %s\n", m.ID, rec.Class, rec.Attempts, rec.Error)
 	}
 	// Output:
 	// reserved mug for o-1

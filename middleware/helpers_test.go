@@ -194,3 +194,32 @@ func (r *recorder) seen() []int {
 	defer r.mu.Unlock()
 	return append([]int(nil), r.attempts...)
 }
+
+// declaring wraps t so that its streams declare what change makes of their
+// Semantics: a test of how middleware adapts to a declaration, not a broker
+// mock (the messages still go through t).
+func declaring(t transport.Transport, change func(*transport.Semantics)) transport.Transport {
+	return declaringTransport{t, change}
+}
+
+type declaringTransport struct {
+	transport.Transport
+	change func(*transport.Semantics)
+}
+
+func (d declaringTransport) Subscribe(ctx context.Context, sub transport.Subscription) (transport.Stream, error) {
+	st, err := d.Transport.Subscribe(ctx, sub)
+	if err != nil {
+		return nil, err
+	}
+	sem := st.Semantics()
+	d.change(&sem)
+	return declaringStream{st, sem}, nil
+}
+
+type declaringStream struct {
+	transport.Stream
+	sem transport.Semantics
+}
+
+func (d declaringStream) Semantics() transport.Semantics { return d.sem }

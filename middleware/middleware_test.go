@@ -105,7 +105,7 @@ func TestRetry_maxElapsed(t *testing.T) {
 func TestRetry_freshContextPerAttempt(t *testing.T) {
 	var ctxs []context.Context
 	var deadlines []time.Time
-	h := must(middleware.Recommended(nil, middleware.DeferToNative(), middleware.Semantics(transport.Semantics{NativeDLQ: true}),
+	h := must(middleware.Recommended(nil, middleware.DeferToNative(),
 		noWait(), middleware.AttemptTimeout(20*time.Millisecond)))(
 		handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 			for i, prev := range ctxs {
@@ -205,26 +205,42 @@ func TestMisordered(t *testing.T) {
 func TestRedeliver_handsBackWithDelay(t *testing.T) {
 	sem := transport.Semantics{NackDelay: true, Redelivery: transport.RedeliverOnNack}
 	var rec recorder
-	h := must(middleware.Retry(noWait(), middleware.MaxAttempts(2), middleware.Redeliver(3, time.Second),
-		middleware.Semantics(sem)))(failing(&rec, errors.New("smtp 421")))
+	ctx := withSemantics(sem)
+	h := must(middleware.Retry(noWait(), middleware.MaxAttempts(2), middleware.Redeliver(3, time.Second)))(
+		failing(&rec, errors.New("smtp 421")))
 	for delivery, base := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second} {
-		err := h.Handle(context.Background(), msg(delivery))
+		err := h.Handle(ctx, msg(delivery))
 		d, ok := handler.RetryDelay(err)
 		var re *middleware.RedeliverError
 		if !errors.As(err, &re) || !ok || d < base/2 || d > base*3/2 || re.Delivery != delivery || re.Attempts != 2*delivery {
 			t.Errorf("delivery %d: err %v delay %s", delivery, err, d)
 		}
 	}
-	err := h.Handle(context.Background(), msg(4))
+	err := h.Handle(ctx, msg(4))
 	if !errors.Is(err, middleware.ErrExhausted) {
 		t.Errorf("last delivery: %v, want exhausted", err)
 	}
+	// A stream that cannot delay a Nack (or no Router at all) gets no
+	// hand-back: the message falls through after its in-process attempts.
+	for name, ctx := range map[string]context.Context{
+		"no delay":  withSemantics(transport.Semantics{Redelivery: transport.RedeliverOnNack}),
+		"no router": context.Background(),
+	} {
+		if err := h.Handle(ctx, msg(1)); !errors.Is(err, middleware.ErrExhausted) || errors.Is(err, middleware.ErrRedeliver) {
+			t.Errorf("%s: %v, want exhausted without a hand-back", name, err)
+		}
+	}
 	// A longer RetryAfter wins over the redelivery backoff.
-	h = must(middleware.Retry(noWait(), middleware.MaxAttempts(1), middleware.Redeliver(1, time.Millisecond),
-		middleware.Semantics(sem)))(failing(&rec, handler.RetryAfter(errors.New("429"), time.Minute)))
-	if d, _ := handler.RetryDelay(h.Handle(context.Background(), msg(1))); d != time.Minute {
+	h = must(middleware.Retry(noWait(), middleware.MaxAttempts(1), middleware.Redeliver(1, time.Millisecond)))(
+		failing(&rec, handler.RetryAfter(errors.New("429"), time.Minute)))
+	if d, _ := handler.RetryDelay(h.Handle(ctx, msg(1))); d != time.Minute {
 		t.Errorf("delay %s, want the handler's 1m", d)
 	}
+}
+
+// withSemantics returns a context carrying s as the Router would.
+func withSemantics(s transport.Semantics) context.Context {
+	return transport.ContextWithStream(context.Background(), &transport.StreamInfo{Semantics: s})
 }
 
 func TestDeadLetter_passesThrough(t *testing.T) {
@@ -258,14 +274,20 @@ func TestDeadLetter_passesThrough(t *testing.T) {
 }
 
 func TestDeferToNative(t *testing.T) {
-	id := &idHandler{}
-	native := must(middleware.DeadLetter(nil, middleware.DeferToNative(), middleware.Semantics(transport.Semantics{NativeDLQ: true})))
-	if native(id) != handler.Handler(id) {
-		t.Error("DeferToNative on a native DLQ still wraps the handler")
+	cause := errors.New("x")
+	native := must(middleware.DeadLetter(nil, middleware.DeferToNative()))
+	if err := native(failing(&recorder{}, cause)).Handle(withSemantics(transport.Semantics{NativeDLQ: true}), msg(1)); err != cause {
+		t.Errorf("DeferToNative on a native DLQ: %v, want the handler's error untouched for the broker", err)
+	}
+	// With no publisher on a stream without a native DLQ, nothing is lost:
+	// the message is redelivered after a delay.
+	err := native(failing(&recorder{}, cause)).Handle(withSemantics(transport.Semantics{}), msg(1))
+	if d, ok := handler.RetryDelay(err); !errors.Is(err, middleware.ErrNoDLQ) || !errors.Is(err, cause) || !ok || d <= 0 {
+		t.Errorf("no DLQ at all: %v (delay %s), want ErrNoDLQ with a delay", err, d)
 	}
 	b := newBroker(t)
-	built := must(middleware.DeadLetter(b, middleware.DeferToNative(), middleware.Semantics(b.Semantics())))
-	if err := built(failing(&recorder{}, errors.New("x"))).Handle(context.Background(), msg(1)); err != nil {
+	built := must(middleware.DeadLetter(b, middleware.DeferToNative()))
+	if err := built(failing(&recorder{}, cause)).Handle(withSemantics(b.Semantics()), msg(1)); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(dlq(t, b, "inventory.dlq")); n != 1 {
@@ -282,11 +304,10 @@ func TestInvalidOptions(t *testing.T) {
 		"Backoff(2s, 1s)":          second(middleware.Retry(middleware.Backoff(2*time.Second, time.Second))),
 		"WithBackOff(nil)":         second(middleware.Retry(middleware.WithBackOff(nil))),
 		"Backoff and WithBackOff":  second(middleware.Retry(fast(), noWait())),
-		"Redeliver(0, 1s)":         second(middleware.Retry(middleware.Redeliver(0, time.Second), middleware.Semantics(b.Semantics()))),
-		"Redeliver, no Semantics":  second(middleware.Retry(middleware.Redeliver(1, time.Second))),
+		"Redeliver(0, 1s)":         second(middleware.Retry(middleware.Redeliver(0, time.Second))),
 		"DeadLetter(nil)":          second(middleware.DeadLetter(nil)),
 		"DLQ(\"\")":                second(middleware.DeadLetter(b, middleware.DLQ(""))),
-		"DeferToNative, no Sem":    second(middleware.DeadLetter(b, middleware.DeferToNative())),
+		"WithLogger(nil)":          second(middleware.Recommended(b, middleware.WithLogger(nil))),
 		"PublishFailureDelay(-1)":  second(middleware.DeadLetter(b, middleware.PublishFailureDelay(-1))),
 		"AttemptTimeout(-1)":       second(middleware.Recommended(b, middleware.AttemptTimeout(-1))),
 		"Recommended(MaxAttempts)": second(middleware.Recommended(b, middleware.MaxAttempts(-3))),
@@ -299,24 +320,3 @@ func TestInvalidOptions(t *testing.T) {
 
 func second[T any](_ T, err error) error { return err }
 
-func TestDeadLetterMessage_sharesNothing(t *testing.T) {
-	m := msg(2)
-	m.Headers = map[string]string{"a": "1", transport.HeaderError: "stale"}
-	dl := middleware.DeadLetterMessage(m, "x.dlq", errors.New("fresh"), time.Unix(0, 5).UTC())
-	dl.Headers["a"] = "changed"
-	dl.Payload[0] = 'X'
-	if m.Headers["a"] != "1" || m.Payload[0] != '{' || m.Headers[transport.HeaderError] != "stale" {
-		t.Fatal("dead letter shares state with the original")
-	}
-	info, ok := middleware.ReadDeadLetter(dl)
-	if !ok || info.Error != "fresh" || info.Attempts != 2 || !info.FirstFailure.Equal(time.Unix(0, 5)) ||
-		info.Partition != -1 || info.Offset != -1 || info.Subscription != "inventory" || dl.Topic != "x.dlq" {
-		t.Fatalf("%+v", info)
-	}
-	if _, ok := middleware.ReadDeadLetter(msg(1)); ok {
-		t.Error("a plain message read as a dead letter")
-	}
-	if _, err := middleware.DeadLettersOf(struct{}{}); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("DeadLettersOf(non-transport) = %v", err)
-	}
-}

@@ -1,21 +1,23 @@
 package middleware
 
 import (
-	"errors"
 	"fmt"
+	"log/slog"
 
-	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/handler"
 )
 
-// ErrInvalidOption is wrapped by every error [Retry], [DeadLetter] and
-// [Recommended] return about their options: a value out of range, a missing
+// ErrInvalidOption is wrapped by every error the constructors of this
+// package return about their options: a value out of range, a missing
 // collaborator, a bad combination. Fix the call; it is never a run-time
-// condition.
-var ErrInvalidOption = errors.New("middleware: invalid option")
+// condition. It is [handler.ErrInvalidOption], the one sentinel of every
+// Ferry package.
+var ErrInvalidOption = handler.ErrInvalidOption
 
 // A StackOption configures [Recommended]. Every [RetryOption] and
 // [DeadLetterOption] is also a StackOption, so the options of the parts can
-// be passed to the whole; [AttemptTimeout] configures the stack alone.
+// be passed to the whole; [AttemptTimeout] configures the stack alone, and
+// [WithLogger] every part.
 type StackOption interface {
 	applyStack(*stackConfig)
 }
@@ -34,10 +36,12 @@ type DeadLetterOption interface {
 	applyDeadLetter(*deadLetterConfig)
 }
 
-// An Option configures both [Retry] and [DeadLetter] (and so [Recommended]).
+// An Option configures every middleware of this package: [WithLogger].
 type Option interface {
 	RetryOption
 	DeadLetterOption
+	ParkOption
+	DedupeOption
 }
 
 type retryOption func(*retryConfig)
@@ -54,32 +58,48 @@ type stackOption func(*stackConfig)
 
 func (o stackOption) applyStack(c *stackConfig) { o(c) }
 
-// semanticsOption is the one Option that configures both middlewares.
-type semanticsOption struct{ s transport.Semantics }
+// loggerOption is the one Option that configures every middleware.
+type loggerOption struct{ l *slog.Logger }
 
-func (o semanticsOption) applyRetry(c *retryConfig) { c.semantics, c.haveSemantics = o.s, true }
-func (o semanticsOption) applyDeadLetter(c *deadLetterConfig) {
-	c.semantics, c.haveSemantics = o.s, true
-}
-func (o semanticsOption) applyStack(c *stackConfig) {
+func (o loggerOption) applyRetry(c *retryConfig)           { c.setLogger(o.l) }
+func (o loggerOption) applyDeadLetter(c *deadLetterConfig) { c.setLogger(o.l) }
+func (o loggerOption) applyPark(c *parkConfig)             { c.setLogger(o.l) }
+func (o loggerOption) applyDedupe(c *dedupeConfig)         { c.setLogger(o.l) }
+func (o loggerOption) applyStack(c *stackConfig) {
 	c.retry = append(c.retry, o)
 	c.deadLetter = append(c.deadLetter, o)
+	c.park = append(c.park, o)
+	c.dedupe = append(c.dedupe, o)
 }
 
-// Semantics tells [Retry] and [DeadLetter] what the subscription's stream
-// guarantees, as its [transport.Stream.Semantics] declares. Retry reads
-// NackDelay and Redelivery to decide whether [Redeliver] can hand a message
-// back to the broker with a delay; DeadLetter reads NativeDLQ for
-// [DeferToNative]. Without it both assume the least: no delayed redelivery
-// and no native DLQ.
-//
-// The Router opens streams itself, so pass the transport's declared
-// Semantics (each transport package documents them, and the memory
-// transport's Broker returns them from its Semantics method).
-func Semantics(s transport.Semantics) Option { return semanticsOption{s} }
+// WithLogger sets the logger of a middleware, or of every middleware of
+// [Recommended]: misordered chains, failed dead-letter publishes, lot and
+// store failures. The default is slog.Default(). Log lines carry the
+// message's ID, key, subscription and attempt, never its payload.
+func WithLogger(l *slog.Logger) Option { return loggerOption{l} }
 
-// optionError collects the first configuration error of a constructor.
-type optionError struct{ err error }
+// optionError collects the first configuration error of a constructor,
+// and holds the logger, which every middleware has.
+type optionError struct {
+	err error
+	log *slog.Logger
+}
+
+func (e *optionError) setLogger(l *slog.Logger) {
+	if l == nil {
+		e.failf("WithLogger(nil)")
+		return
+	}
+	e.log = l
+}
+
+// logger returns the configured logger, or slog.Default().
+func (e *optionError) logger() *slog.Logger {
+	if e.log == nil {
+		return slog.Default()
+	}
+	return e.log
+}
 
 func (e *optionError) failf(format string, args ...any) {
 	if e.err == nil {

@@ -101,9 +101,9 @@ type misorder struct {
 	once sync.Once
 }
 
-func (o *misorder) report(e *MisorderedError, m *handler.Message) error {
+func (o *misorder) report(log *slog.Logger, e *MisorderedError, m *handler.Message) error {
 	o.once.Do(func() {
-		slog.Default().Error(e.Error(), "id", m.ID, "subscription", m.Facts().Subscription)
+		log.Error(e.Error(), "id", m.ID, "key", m.Key, "subscription", m.Facts().Subscription)
 	})
 	return handler.RetryAfter(e, MisorderedDelay)
 }

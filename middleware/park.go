@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,8 +89,8 @@ type parkConfig struct {
 }
 
 // CopyToDLQ makes [Park] also publish the first failing message of each
-// key it parks to the subscription's DLQ ("<subscription>.dlq", see
-// [DLQName]) with p, for visibility: operators watching the DLQ see that
+// key it parks to the subscription's DLQ (the one [DeadLetter] uses, see
+// [transport.DLQName]) with p, for visibility: operators watching the DLQ see that
 // something failed. The copy is what [DeadLetter] would publish (the
 // [transport.DeadLetterHeaders]) plus [HeaderParked]. The message itself
 // stays in the lot and is released from there; do not replay the copy
@@ -142,7 +141,7 @@ func OnAppended(fn func(sub string, m *handler.Message)) ParkOption {
 
 // OnLotError registers fn, called each time a lot operation fails and Park
 // waits to try again (op is "lookup", "append" or "park"). Without fn the
-// error is logged at warn level with slog.Default(). It must not keep m.
+// error is logged at warn level with the middleware's logger ([WithLogger]). It must not keep m.
 func OnLotError(fn func(op string, m *handler.Message, err error)) ParkOption {
 	return parkOption(func(c *parkConfig) { c.onLotError = fn })
 }
@@ -257,7 +256,7 @@ func (h *parkHandler) Handle(ctx context.Context, m *handler.Message) error {
 	ctx, outer, sc := enter(ctx, layerPark)
 	defer sc.leave(outer)
 	if outer&(layerRetry|layerTimeout|layerRecover|layerDedupe|layerPark) != 0 {
-		return h.mis.report(parkMisorder(outer), m)
+		return h.mis.report(h.cfg.logger(), parkMisorder(outer), m)
 	}
 	if m.Key == "" {
 		return h.next.Handle(ctx, m)
@@ -320,10 +319,10 @@ func (h *parkHandler) Handle(ctx context.Context, m *handler.Message) error {
 // parked runs the visibility copy and the alert hook of a new park.
 func (h *parkHandler) parked(ctx context.Context, sub string, m *handler.Message, herr error, f parking.Failure) {
 	if h.cfg.dlq != nil {
-		dl := DeadLetterMessage(m, defaultDLQ(ctx, m), herr, f.At)
+		dl := deadLetterOf(m, defaultDLQ(ctx, m), herr, f.At)
 		dl.Headers[HeaderParked] = "true"
 		if err := h.cfg.dlq.Publish(ctx, dl); err != nil {
-			slog.Default().Warn("middleware: park: publishing the visibility copy to the DLQ failed; the message is safe in the lot",
+			h.cfg.logger().Warn("middleware: park: publishing the visibility copy to the DLQ failed; the message is safe in the lot",
 				"dlq", dl.Topic, "id", m.ID, "key", m.Key, "err", err)
 		}
 	}
@@ -359,7 +358,7 @@ func (h *parkHandler) retryLot(ctx context.Context, op string, m *handler.Messag
 		if h.cfg.onLotError != nil {
 			h.cfg.onLotError(op, m, err)
 		} else {
-			slog.Default().Warn("middleware: park: lot failed; the key waits and Park tries again",
+			h.cfg.logger().Warn("middleware: park: lot failed; the key waits and Park tries again",
 				"op", op, "subscription", parkSub(m), "key", m.Key, "id", m.ID, "err", err, "wait", wait)
 		}
 		if !sleep(ctx, wait) {

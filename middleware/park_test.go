@@ -13,6 +13,7 @@ import (
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/idempotency/memory"
 	"github.com/ferrymq/ferry/middleware"
+	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/parking"
 	parkmem "github.com/ferrymq/ferry/parking/memory"
 )
@@ -69,7 +70,7 @@ func TestPark_options(t *testing.T) {
 		t.Errorf("CacheFor(-1s): err = %v, want ErrInvalidOption", err)
 	}
 	b := newBroker(t)
-	if _, err := middleware.Recommended(b, middleware.Parking(parkmem.New()), middleware.Semantics(b.Semantics()),
+	if _, err := middleware.Recommended(b, middleware.Parking(parkmem.New()),
 		middleware.Redeliver(2, time.Second)); !errors.Is(err, middleware.ErrInvalidOption) {
 		t.Errorf("Parking with Redeliver: err = %v, want ErrInvalidOption", err)
 	}
@@ -144,7 +145,7 @@ func TestPark_keylessToDLQKeyedParks(t *testing.T) {
 	keyless := order(t, topic, "evt-0", "")
 	publish(t, b, keyless, order(t, topic, "evt-1", "o-1"), order(t, topic, "evt-2", "o-1"))
 	waitFor(t, "the dead letter and the park", func() bool { return lag(t, b, topic, name) == 0 && appended.Load() == 1 })
-	if dl := dlq(t, b, middleware.DLQName(name)); len(dl) != 1 || dl[0].ID != "evt-0" {
+	if dl := dlq(t, b, transport.DLQName(nil, transport.Subscription{Group: name})); len(dl) != 1 || dl[0].ID != "evt-0" {
 		t.Errorf("DLQ = %v, want only the keyless evt-0 (CopyToDLQ(nil) turns the copy off)", dl)
 	}
 	es, _ := lot.Messages(context.Background(), name, "o-1", 0, 0)
@@ -304,7 +305,7 @@ func TestPark_releaseThroughStack(t *testing.T) {
 	if info.Count != 2 || info.FailedReleases != 1 || info.LastFailure.Attempts != 2 {
 		t.Errorf("after the failed release: %+v", info)
 	}
-	dl := dlq(t, b, middleware.DLQName(name))
+	dl := dlq(t, b, transport.DLQName(nil, transport.Subscription{Group: name}))
 	if len(dl) != 1 || dl[0].Header(middleware.HeaderParked) != "true" {
 		t.Errorf("DLQ = %v, want only the visibility copy", dl)
 	}

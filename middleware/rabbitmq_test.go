@@ -64,7 +64,7 @@ func cleanupRabbit(t *testing.T, topic, name string) {
 				_ = ch.Close()
 			}
 		}
-		for _, e := range []string{topic, q + ".dlx", q + ".dlx.match", middleware.DLQName(name)} {
+		for _, e := range []string{topic, q + ".dlx", q + ".dlx.match", name + ".dlq"} {
 			if ch, err := c.Channel(); err == nil {
 				_ = ch.ExchangeDelete(e, false, false)
 				_ = ch.Close()
@@ -118,13 +118,13 @@ func TestRabbitMQOneDLQ(t *testing.T) {
 	}
 
 	dlq := rabbitDLQ(topic, name)
-	entries, err := middleware.ListDeadLetters(ctx, tr, dlq, 0)
+	entries, err := tr.ListDLQ(ctx, dlq, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]middleware.DeadLetterInfo{}
+	got := map[string]transport.DeadLetter{}
 	for _, e := range entries {
-		got[e.Message.ID] = e.Info
+		got[e.ID], _ = transport.ReadDeadLetter(e)
 	}
 	if len(entries) != 2 {
 		t.Fatalf("DLQ %s holds %d: %v, want evt-limit and evt-mw", dlq, len(entries), got)
@@ -144,7 +144,7 @@ func TestRabbitMQOneDLQ(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}))
-	n, err := middleware.ReplayDeadLetters(ctx, tr, dlq, transport.Replay{})
+	n, err := tr.ReplayDLQ(ctx, dlq, transport.Replay{})
 	if err != nil || n != 2 {
 		t.Fatalf("replayed %d: %v", n, err)
 	}

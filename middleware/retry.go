@@ -104,8 +104,6 @@ type retryConfig struct {
 	newBackOff     func() backoff.BackOff
 	redeliveries   int
 	redeliverDelay time.Duration
-	semantics      transport.Semantics
-	haveSemantics  bool
 	onRetry        func(m *handler.Message, err error, wait time.Duration)
 }
 
@@ -180,9 +178,10 @@ func WithBackOff(newBackOff func() backoff.BackOff) RetryOption {
 // key's later messages are not held back: they may overtake it. Where
 // per-key order matters, retry in process only and park the key instead.
 //
-// It needs the stream's [Semantics] (the option): the hand-back happens only
-// where Semantics.NackDelay is true and the broker redelivers on Nack.
-// Elsewhere the message falls through after its in-process attempts, to
+// The hand-back happens only where the stream's declared
+// [transport.Semantics] (which the Router passes in the handler's context)
+// say NackDelay is true and the broker redelivers on Nack. Elsewhere, and
+// outside a Router, the message falls through after its in-process attempts, to
 // [DeadLetter] if it is outside, as if Redeliver were not given. The total
 // budget is MaxAttempts × (n+1) attempts. n must be at least 1 and delay
 // positive.
@@ -223,9 +222,6 @@ func newRetryConfig(opts []RetryOption) (retryConfig, error) {
 	}
 	if c.newBackOff != nil && c.initial != 0 {
 		return c, fmt.Errorf("%w: Backoff and WithBackOff exclude each other", ErrInvalidOption)
-	}
-	if c.redeliveries > 0 && !c.haveSemantics {
-		return c, fmt.Errorf("%w: Redeliver needs the stream's Semantics: add middleware.Semantics(...)", ErrInvalidOption)
 	}
 	if c.newBackOff == nil {
 		initial, max := c.initial, c.max
@@ -280,24 +276,32 @@ func Retry(opts ...RetryOption) (handler.Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	canRedeliver := c.redeliveries > 0 && c.semantics.NackDelay && c.semantics.Redelivery == transport.RedeliverOnNack
 	return func(next handler.Handler) handler.Handler {
-		return &retryHandler{next: next, cfg: c, canRedeliver: canRedeliver}
+		return &retryHandler{next: next, cfg: c}
 	}, nil
 }
 
 type retryHandler struct {
-	next         handler.Handler
-	cfg          retryConfig
-	canRedeliver bool
-	mis          misorder
+	next handler.Handler
+	cfg  retryConfig
+	mis  misorder
+}
+
+// canRedeliver reports whether the stream the message came from (as the
+// Router declares it in the context) can take a delivery back with a delay.
+func (h *retryHandler) canRedeliver(ctx context.Context) bool {
+	if h.cfg.redeliveries == 0 {
+		return false
+	}
+	s, ok := transport.SemanticsFromContext(ctx)
+	return ok && s.NackDelay && s.Redelivery == transport.RedeliverOnNack
 }
 
 func (h *retryHandler) Handle(ctx context.Context, m *handler.Message) error {
 	ctx, outer, sc := enter(ctx, layerRetry)
 	defer sc.leave(outer)
 	if outer&(layerRetry|layerTimeout|layerRecover) != 0 {
-		return h.mis.report(retryMisorder(outer), m)
+		return h.mis.report(h.cfg.logger(), retryMisorder(outer), m)
 	}
 
 	c := &h.cfg
@@ -361,7 +365,7 @@ func (h *retryHandler) Handle(ctx context.Context, m *handler.Message) error {
 			}
 		}
 		if reason != "" {
-			if h.canRedeliver && delivery <= c.redeliveries {
+			if h.canRedeliver(ctx) && delivery <= c.redeliveries {
 				return handler.RetryAfter(&RedeliverError{
 					Err: err, Attempts: attempt, Delivery: delivery, FirstFailure: first, LastFailure: now,
 				}, c.redeliveryDelay(delivery, err))

@@ -47,7 +47,7 @@ func TestRouter_failTwiceThenSucceed(t *testing.T) {
 	if successes.Load() != 1 {
 		t.Errorf("successes = %d, want exactly 1", successes.Load())
 	}
-	if n := len(dlq(t, b, middleware.DLQName(name))); n != 0 {
+	if n := len(dlq(t, b, transport.DLQName(nil, transport.Subscription{Group: name}))); n != 0 {
 		t.Errorf("DLQ holds %d messages, want 0", n)
 	}
 }
@@ -109,7 +109,7 @@ func TestRouter_permanentToDLQ(t *testing.T) {
 	if e := dl.Headers[transport.HeaderError]; !strings.Contains(e, "order o-7: unknown SKU") {
 		t.Errorf("error header = %q", e)
 	}
-	info, ok := middleware.ReadDeadLetter(dl)
+	info, ok := transport.ReadDeadLetter(dl)
 	if !ok || info.FirstFailure.IsZero() || info.LastFailure.Before(info.FirstFailure) ||
 		info.FirstFailure.Before(begin) || info.LastFailure.After(end) {
 		t.Errorf("failure times %v .. %v not within the test's %v .. %v", info.FirstFailure, info.LastFailure, begin, end)
@@ -197,7 +197,7 @@ func TestRouter_panicCountsAsFailure(t *testing.T) {
 		t.Errorf("calls = %v, want evt-1 twice (panic, success) and evt-poison 3 times", calls)
 	}
 	dl := dlq(t, b, "inventory.dlq")[0]
-	info, _ := middleware.ReadDeadLetter(dl)
+	info, _ := transport.ReadDeadLetter(dl)
 	if dl.ID != "evt-poison" || info.Class != "panic" || info.Attempts != 3 {
 		t.Errorf("dead letter %s: class %q attempts %d, want panic, 3", dl.ID, info.Class, info.Attempts)
 	}
@@ -308,16 +308,14 @@ func TestRouter_twoTierRedelivery(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBroker(t)
 			const topic, name = "orders", "email"
-			sem := b.Semantics()
-			sem.NackDelay = tc.nackDelay
 			var rec recorder
 			h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 				rec.record(m)
 				return errors.New("smtp 421 try later")
 			})
 			mw := must(middleware.Recommended(b, noWait(), middleware.MaxAttempts(2),
-				middleware.Redeliver(2, 2*time.Millisecond), middleware.Semantics(sem)))
-			run(t, b, name, topic, mw(h))
+				middleware.Redeliver(2, 2*time.Millisecond)))
+			run(t, declaring(b, func(s *transport.Semantics) { s.NackDelay = tc.nackDelay }), name, topic, mw(h))
 			publish(t, b, order(t, topic, "evt-1", "o-1"))
 			waitFor(t, "the dead letter", func() bool { return len(dlq(t, b, "email.dlq")) == 1 && lag(t, b, topic, name) == 0 })
 			if got := rec.seen(); !slices.Equal(got, tc.want) {
@@ -330,7 +328,7 @@ func TestRouter_twoTierRedelivery(t *testing.T) {
 			if wantDeliveries := len(tc.want) / 2; len(deliveries) != wantDeliveries {
 				t.Errorf("%d broker deliveries, want %d", len(deliveries), wantDeliveries)
 			}
-			info, _ := middleware.ReadDeadLetter(dlq(t, b, "email.dlq")[0])
+			info, _ := transport.ReadDeadLetter(dlq(t, b, "email.dlq")[0])
 			if info.Attempts != len(tc.want) || info.Class != "transient" {
 				t.Errorf("dead letter attempts %d class %q", info.Attempts, info.Class)
 			}
@@ -370,14 +368,14 @@ func TestRouter_replayDLQ(t *testing.T) {
 	}
 	waitFor(t, "5 dead letters", func() bool { return len(dlq(t, b, "inventory.dlq")) == 5 })
 
-	list := must(middleware.ListDeadLetters(context.Background(), b, "inventory.dlq", 0))
-	for _, e := range list {
-		if e.Info.OriginalTopic != topic || e.Info.Class != "permanent" || e.Info.Subscription != name {
-			t.Errorf("listed %s with %+v", e.Message.ID, e.Info)
+	list := must(b.ListDLQ(context.Background(), "inventory.dlq", 0))
+	for _, m := range list {
+		if rec, _ := transport.ReadDeadLetter(m); rec.OriginalTopic != topic || rec.Class != "permanent" || rec.Subscription != name {
+			t.Errorf("listed %s with %+v", m.ID, rec)
 		}
 	}
 	broken.Store(false)
-	n := must(middleware.ReplayDeadLetters(context.Background(), b, "inventory.dlq",
+	n := must(b.ReplayDLQ(context.Background(), "inventory.dlq",
 		transport.Replay{Keys: []string{"o-1", "o-3"}}))
 	if n != 2 {
 		t.Fatalf("replayed %d by key, want 2", n)
@@ -396,7 +394,7 @@ func TestRouter_replayDLQ(t *testing.T) {
 		t.Errorf("DLQ holds %d after replaying 2 of 5", len(left))
 	}
 
-	n = must(middleware.ReplayDeadLetters(context.Background(), b, "inventory.dlq", transport.Replay{}))
+	n = must(b.ReplayDLQ(context.Background(), "inventory.dlq", transport.Replay{}))
 	if n != 3 {
 		t.Fatalf("replayed %d, want the remaining 3", n)
 	}

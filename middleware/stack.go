@@ -50,7 +50,7 @@ func AttemptTimeout(d time.Duration) StackOption {
 // lot must not be nil.
 func Parking(lot parking.Lot, opts ...ParkOption) StackOption {
 	return stackOption(func(c *stackConfig) {
-		c.lot, c.park, c.parking = lot, append([]ParkOption(nil), opts...), true
+		c.lot, c.park, c.parking = lot, append(c.park, opts...), true
 	})
 }
 
@@ -66,7 +66,7 @@ func Parking(lot parking.Lot, opts ...ParkOption) StackOption {
 // transaction with a transactional store). store must not be nil.
 func Deduplicate(store idempotency.Store, opts ...DedupeOption) StackOption {
 	return stackOption(func(c *stackConfig) {
-		c.store, c.dedupe = store, append([]DedupeOption(nil), opts...)
+		c.store, c.dedupe = store, append(c.dedupe, opts...)
 	})
 }
 
@@ -82,8 +82,8 @@ func Deduplicate(store idempotency.Store, opts ...DedupeOption) StackOption {
 //	handler.Chain(deadLetter, retry, middleware.Timeout(d), middleware.Recover())
 //
 // with the options sorted to their middleware: every [RetryOption] goes to
-// [Retry], every [DeadLetterOption] to [DeadLetter], [Semantics] to both, and
-// [AttemptTimeout] to [Timeout]. Chains built by hand in another order are
+// [Retry], every [DeadLetterOption] to [DeadLetter], [WithLogger] to every
+// part, and [AttemptTimeout] to [Timeout]. Chains built by hand in another order are
 // reported at the first message with [ErrMisordered].
 //
 // On ordered subscriptions add [Parking]: the stack becomes DeadLetter →

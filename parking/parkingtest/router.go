@@ -143,7 +143,7 @@ func poisonKeyCase(t *testing.T, h Harness) {
 		t.Errorf("OnParked events = %+v, want one for %s/10 with 1 parked key", events, poisonKey)
 	}
 	mu.Unlock()
-	dl, err := b.ListDLQ(ctx, middleware.DLQName(sub), 0)
+	dl, err := b.ListDLQ(ctx, transport.DLQName(nil, transport.Subscription{Group: sub}), 0)
 	if err != nil || len(dl) != 1 || dl[0].ID != poisonKey+"/10" || dl[0].Header(middleware.HeaderParked) != "true" {
 		t.Errorf("DLQ = %v, %v; want the visibility copy of %s/10", dl, err, poisonKey)
 	}
