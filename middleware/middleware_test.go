@@ -319,4 +319,3 @@ func TestInvalidOptions(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
-

@@ -13,9 +13,9 @@ import (
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/idempotency/memory"
 	"github.com/ferrymq/ferry/middleware"
-	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/parking"
 	parkmem "github.com/ferrymq/ferry/parking/memory"
+	"github.com/ferrymq/ferry/transport"
 )
 
 // remoteLot hides the memory lot's Checker, so that Park caches snapshots
