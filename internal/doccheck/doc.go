@@ -1,0 +1,19 @@
+// Package doccheck holds the test that keeps the code in README.md and
+// docs/ true: what a user copies must work as copied.
+//
+// Every ```go block in a Markdown file of the repository is one of two
+// kinds:
+//
+//   - A whole program (it starts with "package main"). The test writes it
+//     into a new module that requires this one (replaced by the working
+//     tree), builds it, and runs it. The fence's info string says how:
+//     "go" runs it to completion; "go serve" runs it until its output holds
+//     the expected lines, then interrupts it (SIGINT) and expects a clean
+//     exit, as a service would. The expected output is the ```text block
+//     that follows the program, if any: each of its lines must appear in
+//     the program's output, in order.
+//   - A fragment (anything else). It must appear, line for line after
+//     trimming indentation, in one of the repository's _test.go files, where
+//     go test compiles it and, in an Example with // Output:, runs it. So a
+//     fragment cannot drift from code that is tested.
+package doccheck
