@@ -10,17 +10,22 @@ import (
 )
 
 // ErrInvalidOption is wrapped by the error [Release] and [ReleaseAll]
-// return for an invalid option or argument.
-var ErrInvalidOption = errors.New("parking: invalid option")
+// return for an invalid option or argument. It is
+// [handler.ErrInvalidOption].
+var ErrInvalidOption = handler.ErrInvalidOption
 
-// A ReleaseOption configures [Release] and [ReleaseAll].
-type ReleaseOption func(*releaseConfig)
+// A ReleaseOption configures [Release] and [ReleaseAll]. Options are made
+// by the functions of this package; the interface is sealed.
+type ReleaseOption interface{ apply(*releaseConfig) }
 
 type releaseConfig struct {
 	lease time.Duration
 	batch int
-	err   error
 }
+
+type releaseOption func(*releaseConfig)
+
+func (o releaseOption) apply(c *releaseConfig) { o(c) }
 
 // LockLease sets how long a release holds the key's lock without renewing
 // it, overriding one minute ([DefaultLockLease]). Every replayed message
@@ -28,23 +33,13 @@ type releaseConfig struct {
 // included): if it ends mid-replay, another release may take the key and
 // replay that message again. d must be at least 1ms.
 func LockLease(d time.Duration) ReleaseOption {
-	return func(c *releaseConfig) {
-		if d < time.Millisecond && c.err == nil {
-			c.err = fmt.Errorf("%w: LockLease(%s): want at least 1ms", ErrInvalidOption, d)
-		}
-		c.lease = d
-	}
+	return releaseOption(func(c *releaseConfig) { c.lease = d })
 }
 
 // BatchSize sets how many parked messages a release reads from the lot at
 // a time, overriding 100. n must be at least 1.
 func BatchSize(n int) ReleaseOption {
-	return func(c *releaseConfig) {
-		if n < 1 && c.err == nil {
-			c.err = fmt.Errorf("%w: BatchSize(%d): want 1 or more", ErrInvalidOption, n)
-		}
-		c.batch = n
-	}
+	return releaseOption(func(c *releaseConfig) { c.batch = n })
 }
 
 // Released says what a release did.
@@ -89,10 +84,16 @@ func newReleaseConfig(opts []ReleaseOption) (releaseConfig, error) {
 	c := releaseConfig{lease: DefaultLockLease, batch: 100}
 	for _, o := range opts {
 		if o != nil {
-			o(&c)
+			o.apply(&c)
 		}
 	}
-	return c, c.err
+	switch {
+	case c.lease < time.Millisecond:
+		return c, fmt.Errorf("%w: parking: LockLease(%s): want at least 1ms", ErrInvalidOption, c.lease)
+	case c.batch < 1:
+		return c, fmt.Errorf("%w: parking: BatchSize(%d): want 1 or more", ErrInvalidOption, c.batch)
+	}
+	return c, nil
 }
 
 // Release replays the parked messages of key on sub, in order, through h,
@@ -124,7 +125,7 @@ func Release(ctx context.Context, lot Lot, sub, key string, h handler.Handler, o
 		return out, err
 	}
 	if lot == nil || h == nil {
-		return out, fmt.Errorf("%w: Release needs a lot and a handler", ErrInvalidOption)
+		return out, fmt.Errorf("%w: parking: Release needs a lot and a handler", ErrInvalidOption)
 	}
 	tok, err := lot.Lock(ctx, sub, key, c.lease)
 	if err != nil {
@@ -211,7 +212,7 @@ func ReleaseAll(ctx context.Context, lot Lot, sub string, h handler.Handler, opt
 		return nil, err
 	}
 	if lot == nil || h == nil {
-		return nil, fmt.Errorf("%w: ReleaseAll needs a lot and a handler", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: parking: ReleaseAll needs a lot and a handler", ErrInvalidOption)
 	}
 	keys, err := lot.Keys(ctx, sub)
 	if err != nil {
