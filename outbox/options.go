@@ -20,12 +20,10 @@ const (
 	DefaultStatsInterval   = 10 * time.Second
 )
 
-// An Option configures [New] (an [OutboxOption]) or [NewRelay] (a
-// [RelayOption]); [Table] configures both.
+// An Option configures [New]. Options are made by the functions of this
+// package; the interfaces are sealed. [Table] configures both [New] and
+// [NewRelay].
 type Option interface{ applyOutbox(*config) }
-
-// OutboxOption is an alias of [Option], for symmetry with RelayOption.
-type OutboxOption = Option
 
 // A RelayOption configures [NewRelay].
 type RelayOption interface{ applyRelay(*config) }
@@ -54,8 +52,6 @@ type config struct {
 	onPublishError func(m *handler.Message, attempt int, err error)
 	onStats        func(Stats)
 	logger         *slog.Logger
-
-	err error
 }
 
 func defaultConfig() config {
@@ -65,13 +61,41 @@ func defaultConfig() config {
 		publishTimeout: DefaultPublishTimeout, retention: DefaultRetention,
 		cleanupInterval: DefaultCleanupInterval, minBackoff: DefaultMinBackoff,
 		maxBackoff: DefaultMaxBackoff, statsInterval: DefaultStatsInterval,
+		logger: slog.Default(),
 	}
 }
 
-func (c *config) failf(format string, args ...any) {
-	if c.err == nil {
-		c.err = fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
+// validate checks the options that New (relay false) or NewRelay (relay
+// true) takes.
+func (c *config) validate(relay bool) error {
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("%w: outbox: "+format, append([]any{ErrInvalidOption}, args...)...)
 	}
+	if err := checkTable(c.table); err != nil {
+		return err
+	}
+	if !relay {
+		return nil
+	}
+	switch {
+	case c.batchSize < 1:
+		return fail("BatchSize(%d): want at least 1", c.batchSize)
+	case c.pollInterval < time.Millisecond:
+		return fail("PollInterval(%s): want at least 1ms", c.pollInterval)
+	case c.publishTimeout < time.Millisecond:
+		return fail("PublishTimeout(%s): want at least 1ms", c.publishTimeout)
+	case c.retention < 0:
+		return fail("Retention(%s): want 0 or more", c.retention)
+	case c.cleanupInterval < 0:
+		return fail("CleanupInterval(%s): want 0 (off) or more", c.cleanupInterval)
+	case c.minBackoff <= 0 || c.maxBackoff < c.minBackoff:
+		return fail("Backoff(%s, %s): want 0 < min <= max", c.minBackoff, c.maxBackoff)
+	case c.statsInterval < 0:
+		return fail("OnStats(%s): want 0 (default) or more", c.statsInterval)
+	case c.logger == nil:
+		return fail("WithLogger(nil)")
+	}
+	return nil
 }
 
 type bothOption func(*config)
@@ -115,12 +139,7 @@ func NoListen() RelayOption {
 // [transport.PublishBatch] in waves: wave i holds the i-th claimed row of
 // every claimed key, so a batch of many keys publishes in few waves.
 func BatchSize(n int) RelayOption {
-	return relayOption(func(c *config) {
-		if n < 1 {
-			c.failf("BatchSize(%d): want at least 1", n)
-		}
-		c.batchSize = n
-	})
+	return relayOption(func(c *config) { c.batchSize = n })
 }
 
 // PollInterval sets how often an idle relay looks for rows without being
@@ -128,12 +147,7 @@ func BatchSize(n int) RelayOption {
 // when notifications are off or lost, and how late a row whose publish
 // failed is retried after its backoff. d must be at least 1ms.
 func PollInterval(d time.Duration) RelayOption {
-	return relayOption(func(c *config) {
-		if d < time.Millisecond {
-			c.failf("PollInterval(%s): want at least 1ms", d)
-		}
-		c.pollInterval = d
-	})
+	return relayOption(func(c *config) { c.pollInterval = d })
 }
 
 // PublishTimeout bounds each wave's publish, overriding 30s
@@ -143,12 +157,7 @@ func PollInterval(d time.Duration) RelayOption {
 // well under the database's idle_in_transaction_session_timeout. d must be
 // at least 1ms.
 func PublishTimeout(d time.Duration) RelayOption {
-	return relayOption(func(c *config) {
-		if d < time.Millisecond {
-			c.failf("PublishTimeout(%s): want at least 1ms", d)
-		}
-		c.publishTimeout = d
-	})
+	return relayOption(func(c *config) { c.publishTimeout = d })
 }
 
 // Retention sets how long published rows are kept (marked with
@@ -157,24 +166,14 @@ func PublishTimeout(d time.Duration) RelayOption {
 // published. Kept rows let operators see what was sent, and republish it
 // by clearing published_at.
 func Retention(d time.Duration) RelayOption {
-	return relayOption(func(c *config) {
-		if d < 0 {
-			c.failf("Retention(%s): want 0 or more", d)
-		}
-		c.retention = d
-	})
+	return relayOption(func(c *config) { c.retention = d })
 }
 
 // CleanupInterval sets how often the relay deletes published rows past
 // their retention, overriding 1m ([DefaultCleanupInterval]); 0 turns the
 // cleanup off (run [Relay.Cleanup] yourself).
 func CleanupInterval(d time.Duration) RelayOption {
-	return relayOption(func(c *config) {
-		if d < 0 {
-			c.failf("CleanupInterval(%s): want 0 (off) or more", d)
-		}
-		c.cleanupInterval = d
-	})
+	return relayOption(func(c *config) { c.cleanupInterval = d })
 }
 
 // Backoff sets the delay before a row whose publish failed is tried again:
@@ -182,12 +181,7 @@ func CleanupInterval(d time.Duration) RelayOption {
 // max, overriding 100ms and 1m. The row's later rows of the same key wait
 // behind it. 0 < min <= max.
 func Backoff(min, max time.Duration) RelayOption {
-	return relayOption(func(c *config) {
-		if min <= 0 || max < min {
-			c.failf("Backoff(%s, %s): want 0 < min <= max", min, max)
-		}
-		c.minBackoff, c.maxBackoff = min, max
-	})
+	return relayOption(func(c *config) { c.minBackoff, c.maxBackoff = min, max })
 }
 
 // OnPublished calls fn after each claim with the number of rows whose
@@ -202,7 +196,7 @@ func OnPublished(fn func(n int)) RelayOption {
 // wraps [transport.ErrUnknownOutcome] when the broker may have the
 // message). The row stays pending and is tried again after its backoff.
 // fn runs on the relay's goroutine and must not keep m. The default logs
-// at warning level through [Logger].
+// at warning level through the relay's logger ([WithLogger]).
 func OnPublishError(fn func(m *handler.Message, attempt int, err error)) RelayOption {
 	return relayOption(func(c *config) { c.onPublishError = fn })
 }
@@ -214,17 +208,18 @@ func OnPublishError(fn func(m *handler.Message, attempt int, err error)) RelayOp
 // nothing and runs no query.
 func OnStats(interval time.Duration, fn func(Stats)) RelayOption {
 	return relayOption(func(c *config) {
-		if interval < 0 {
-			c.failf("OnStats(%s): want 0 (default) or more", interval)
-		}
-		if interval > 0 {
+		if interval != 0 {
 			c.statsInterval = interval
 		}
 		c.onStats = fn
 	})
 }
 
-// Logger sets the relay's logger, overriding slog.Default().
-func Logger(l *slog.Logger) RelayOption {
+// WithLogger sets the relay's logger, overriding slog.Default(). The relay
+// logs a failed claim, cleanup or stats query and a lost LISTEN connection
+// (warn), each failed publish unless [OnPublishError] is set (warn), and
+// what each cleanup deleted (debug). An [Outbox] has no logger: its one
+// operation, Add, returns its errors.
+func WithLogger(l *slog.Logger) RelayOption {
 	return relayOption(func(c *config) { c.logger = l })
 }

@@ -19,8 +19,9 @@ import (
 )
 
 // ErrInvalidOption is wrapped by the errors [New], [NewRelay] and [Schema]
-// return for an invalid option or table name.
-var ErrInvalidOption = errors.New("outbox: invalid option")
+// return for an invalid option or table name. It is
+// [handler.ErrInvalidOption].
+var ErrInvalidOption = handler.ErrInvalidOption
 
 // ErrNoTopic is returned (wrapped) by Add for a message without a Topic:
 // the relay would not know where to publish it. Nothing was written.
@@ -43,7 +44,8 @@ type Outbox struct {
 
 // New returns an Outbox for the options' table ([DefaultTable] without
 // [Table]). It does no I/O and runs no DDL: create the table with
-// [Migrate] first.
+// [Migrate] first. An invalid option is an error wrapping
+// [ErrInvalidOption].
 func New(opts ...Option) (*Outbox, error) {
 	c := defaultConfig()
 	for _, o := range opts {
@@ -51,10 +53,7 @@ func New(opts ...Option) (*Outbox, error) {
 			o.applyOutbox(&c)
 		}
 	}
-	if c.err != nil {
-		return nil, c.err
-	}
-	if err := checkTable(c.table); err != nil {
+	if err := c.validate(false); err != nil {
 		return nil, err
 	}
 	return &Outbox{table: c.table, channel: channelOf(c.table), notify: c.notify, lockID: tableLockID(c.table)}, nil

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/storelog/storelogtest"
 	"github.com/ferrymq/ferry/outbox"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/memory"
@@ -46,7 +48,7 @@ func TestSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"EXISTS app.events_outbox (", "events_outbox_pending_idx ON app.events_outbox ", "TABLE app.events_outbox IS"} {
+	for _, want := range []string{"EXISTS app.events_outbox (", "INDEX IF NOT EXISTS events_outbox_pending_idx ON app.events_outbox ", "TABLE app.events_outbox IS"} {
 		if !strings.Contains(ddl, want) {
 			t.Errorf("Schema lacks %q:\n%s", want, ddl)
 		}
@@ -78,8 +80,43 @@ func TestSchema(t *testing.T) {
 	if _, err := outbox.NewRelay(db, nopPublisher{}, outbox.BatchSize(0)); !errors.Is(err, outbox.ErrInvalidOption) {
 		t.Errorf("BatchSize(0) = %v", err)
 	}
-	if _, err := outbox.NewRelay(db, nopPublisher{}, outbox.Backoff(time.Second, time.Millisecond)); !errors.Is(err, outbox.ErrInvalidOption) {
-		t.Errorf("Backoff(1s, 1ms) = %v", err)
+	for name, o := range map[string]outbox.RelayOption{
+		"Backoff(1s, 1ms)":  outbox.Backoff(time.Second, time.Millisecond),
+		"PollInterval(0)":   outbox.PollInterval(0),
+		"PublishTimeout(0)": outbox.PublishTimeout(0),
+		"Retention(-1s)":    outbox.Retention(-time.Second),
+		"OnStats(-1s)":      outbox.OnStats(-time.Second, func(outbox.Stats) {}),
+		"WithLogger(nil)":   outbox.WithLogger(nil),
+		"Table(bad)":        outbox.Table("Bad Name"),
+	} {
+		if _, err := outbox.NewRelay(db, nopPublisher{}, o); !errors.Is(err, handler.ErrInvalidOption) {
+			t.Errorf("NewRelay(%s) = %v, want ErrInvalidOption", name, err)
+		}
+	}
+}
+
+// TestRelayLogs: without OnPublishError, a failed publish is logged at warn
+// level through the relay's WithLogger, once per attempt.
+func TestRelayLogs(t *testing.T) {
+	ctx := context.Background()
+	db := newPool(t, 4)
+	table := freshTable(t, db)
+	ob, _ := outbox.New(outbox.Table(table))
+	rec := newRecorder(nopPublisher{}, func(*handler.Message, int) error { return errFail })
+	l, logs := storelogtest.Logger()
+	r, err := outbox.NewRelay(db, rec, outbox.Table(table), outbox.WithLogger(l), outbox.Backoff(time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addTx(t, db, ob, event("orders", "o-1", 1))
+	for range 2 {
+		if _, err := r.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // past the 1ms backoff
+	}
+	if n := logs.Count(slog.LevelWarn, "outbox: publish failed"); n != 2 {
+		t.Errorf("%d publish failures logged, want 2; logged:\n%s", n, logs)
 	}
 }
 

@@ -72,14 +72,16 @@ type Relay struct {
 }
 
 // NewRelay returns a Relay that publishes the rows of the options' table
-// ([DefaultTable] without [Table]) through pub. It does no I/O.
+// ([DefaultTable] without [Table]) through pub. It does no I/O. A nil pool
+// or publisher, or an invalid option, is an error wrapping
+// [ErrInvalidOption].
 //
 // pool must allow at least two connections: the relay holds one to
 // LISTEN (unless [NoListen]) and one for each claim while it publishes
 // the claim's rows.
 func NewRelay(pool *pgxpool.Pool, pub transport.Publisher, opts ...RelayOption) (*Relay, error) {
 	if pool == nil || pub == nil {
-		return nil, fmt.Errorf("%w: NewRelay needs a pool and a publisher", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: outbox: NewRelay needs a pool and a publisher", ErrInvalidOption)
 	}
 	c := defaultConfig()
 	for _, o := range opts {
@@ -87,17 +89,10 @@ func NewRelay(pool *pgxpool.Pool, pub transport.Publisher, opts ...RelayOption) 
 			o.applyRelay(&c)
 		}
 	}
-	if c.err != nil {
-		return nil, c.err
-	}
-	if err := checkTable(c.table); err != nil {
+	if err := c.validate(true); err != nil {
 		return nil, err
 	}
-	r := &Relay{pool: pool, pub: pub, cfg: c, log: c.logger}
-	if r.log == nil {
-		r.log = slog.Default()
-	}
-	r.log = r.log.With("outbox", c.table)
+	r := &Relay{pool: pool, pub: pub, cfg: c, log: c.logger.With("outbox", c.table)}
 	t := c.table
 	const cols = `seq, id, topic, key, payload, headers, attempts`
 	// The heads: pending rows with no earlier pending row of their key

@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,10 +22,10 @@ const DefaultTable = "ferry_outbox"
 var SchemaSQL string
 
 func checkTable(table string) error {
-	if !pgschema.Name.MatchString(table) || len(table) > 120 {
-		return fmt.Errorf("%w: table %q: want [schema.]name in lower case", ErrInvalidOption, table)
+	if len(table) > 120 {
+		return fmt.Errorf("%w: outbox: table %q: want at most 120 bytes", ErrInvalidOption, table)
 	}
-	return nil
+	return pgschema.Check("outbox: table", table)
 }
 
 // Schema returns the statements that create the outbox table called table
@@ -39,19 +38,7 @@ func Schema(table string) (string, error) {
 	if err := checkTable(table); err != nil {
 		return "", err
 	}
-	base := table[strings.LastIndexByte(table, '.')+1:]
-	var b strings.Builder
-	for _, line := range strings.SplitAfter(SchemaSQL, "\n") {
-		if strings.HasPrefix(line, "--") {
-			continue
-		}
-		line = strings.ReplaceAll(line, "ferry_outbox_", base+"_")
-		line = strings.ReplaceAll(line, "ON ferry_outbox ", "ON "+table+" ")
-		line = strings.ReplaceAll(line, "EXISTS ferry_outbox ", "EXISTS "+table+" ")
-		line = strings.ReplaceAll(line, "TABLE ferry_outbox IS", "TABLE "+table+" IS")
-		b.WriteString(line)
-	}
-	return b.String(), nil
+	return pgschema.Rename(SchemaSQL, DefaultTable, table), nil
 }
 
 // Migrator is what [Migrate] needs: a *pgxpool.Pool, a *pgx.Conn or a

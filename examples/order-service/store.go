@@ -139,7 +139,7 @@ func (s *pgStore) checkout(ctx context.Context, o OrderPlaced, events []*handler
 }
 
 func (s *pgStore) runRelay(ctx context.Context, pub transport.Publisher, log *slog.Logger) error {
-	r, err := outbox.NewRelay(s.pool, pub, outbox.Table(s.prefix+"outbox"), outbox.Logger(log),
+	r, err := outbox.NewRelay(s.pool, pub, outbox.Table(s.prefix+"outbox"), outbox.WithLogger(log),
 		outbox.PollInterval(200*time.Millisecond), outbox.PublishTimeout(10*time.Second))
 	if err != nil {
 		return err
