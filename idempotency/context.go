@@ -79,7 +79,7 @@ func SetResult(ctx context.Context, result []byte) error {
 
 // TxFromContext returns the inbox transaction of the message being
 // handled, if the dedupe middleware runs in transactional mode. Handlers
-// use the typed accessor of their store instead (postgres.Tx(ctx) returns a
+// use the typed accessor of their store instead (pgstore.Tx(ctx) returns a
 // pgx.Tx).
 func TxFromContext(ctx context.Context) (InboxTx, bool) {
 	c, ok := FromContext(ctx)

@@ -23,28 +23,36 @@
 //
 // # Two modes
 //
-// Lease mode (every store: memory, Redis, PostgreSQL's Store) keeps the
+// Lease mode (every store: memstore, redisstore, pgstore's Store) keeps the
 // claim apart from the effect. It suits effects outside any database the
 // store shares: calls to other systems, e-mails. A crash after the effect
 // and before Complete leaves the key in progress until the lease ends, and
 // the redelivery then applies the effect again: lease mode narrows that
 // window to one crash in one place, but cannot close it.
 //
-// Transactional mode ([TxStore], PostgreSQL's Inbox) claims the key in a
+// Transactional mode ([TxStore], pgstore's Inbox) claims the key in a
 // database transaction that the handler's writes share, the inbox pattern:
 // claim and effect commit together or not at all, and no crash can apply
 // an effect twice. The handler takes the transaction from its context with
-// its store's typed accessor (postgres.Tx(ctx)); [TxFromContext] and
+// its store's typed accessor (pgstore.Tx(ctx)); [TxFromContext] and
 // [SetResult] are the store-independent accessors.
 //
 // # Stores
 //
-//   - idempotency/memory: one process, nothing survives it.
-//   - idempotency/redis: lease mode on go-redis v9, SET NX PX for the claim
-//     and Lua scripts for complete and release; expiry is Redis's own.
-//   - idempotency/postgres: lease mode (Store) and transactional mode
-//     (Inbox) on pgx v5; schema by an explicit Migrate call or SQL file,
-//     expiry by a Cleanup job.
+// The stores live in one package per backend under store/, each of which
+// also holds that backend's parking lot:
+//
+//   - store/memstore (memstore.NewStore): one process, nothing survives it.
+//   - store/redisstore (redisstore.NewStore): lease mode on go-redis v9,
+//     SET NX PX for the claim and Lua scripts for complete and release;
+//     expiry is Redis's own.
+//   - store/pgstore (pgstore.NewStore, pgstore.NewInbox): lease mode and
+//     transactional mode on pgx v5; schema by an explicit
+//     MigrateIdempotency call or SQL file, expiry by a Cleanup job.
+//
+// The lease logic (the token, the three answers, completion with a TTL,
+// release) is written once, in internal/lease; each backend supplies only
+// its queries.
 //
 // idempotency/idempotencytest holds the contract and end-to-end cases every
 // store passes.

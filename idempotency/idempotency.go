@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Defaults shared by the stores of this module's subpackages.
+// Defaults shared by the stores (store/memstore, store/redisstore,
+// store/pgstore).
 const (
 	// DefaultLease is how long a claim is held before another consumer may
 	// take it over, when its holder neither completes nor releases it (it

@@ -242,9 +242,9 @@ func messageID(m *handler.Message) string { return m.ID }
 //
 // # Transactional mode
 //
-// When store is an [idempotency.TxStore] (postgres.Inbox), Dedupe claims
+// When store is an [idempotency.TxStore] (pgstore.Inbox), Dedupe claims
 // the key inside a transaction that it puts in the handler's context
-// ([idempotency.NewContext]; the handler takes it with postgres.Tx(ctx)),
+// ([idempotency.NewContext]; the handler takes it with pgstore.Tx(ctx)),
 // commits the claim and the handler's writes together when the handler
 // returns nil, and rolls both back when it returns an error. A crash at
 // any point then leaves both or neither: no effect is ever applied twice.

@@ -6,8 +6,8 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
-	idemmemory "github.com/ferrymq/ferry/idempotency/memory"
 	"github.com/ferrymq/ferry/middleware"
+	"github.com/ferrymq/ferry/store/memstore"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/memory"
 )
@@ -18,7 +18,7 @@ func ExampleDedupe() {
 	ctx := context.Background()
 	b, _ := memory.New(ctx, "memory://")
 	defer b.Close(ctx)
-	store, _ := idemmemory.New() // Redis or PostgreSQL across processes
+	store, _ := memstore.NewStore() // redisstore or pgstore across processes
 	skipped := make(chan string, 1)
 	dedupe, _ := middleware.Dedupe(store,
 		middleware.OnDuplicate(func(m *handler.Message, _ []byte) { skipped <- m.ID }))

@@ -10,14 +10,14 @@ import (
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/idempotency"
-	idemmemory "github.com/ferrymq/ferry/idempotency/memory"
 	"github.com/ferrymq/ferry/middleware"
+	"github.com/ferrymq/ferry/store/memstore"
 	"github.com/ferrymq/ferry/transport"
 )
 
-func memStore(t testing.TB, opts ...idemmemory.Option) *idemmemory.Store {
+func memStore(t testing.TB, opts ...memstore.StoreOption) *memstore.Store {
 	t.Helper()
-	return must(idemmemory.New(opts...))
+	return must(memstore.NewStore(opts...))
 }
 
 // countingHandler counts effects per ID.
@@ -92,7 +92,7 @@ func TestDedupe_deadLetteredMessageReplayed(t *testing.T) {
 func TestDedupe_handBacksNotDeadLettered(t *testing.T) {
 	b := newBroker(t)
 	const topic, name = "orders", "inventory"
-	store := &flakyStore{Store: memStore(t, idemmemory.Lease(300*time.Millisecond))}
+	store := &flakyStore{Store: memStore(t, memstore.Lease(300*time.Millisecond))}
 	store.down.Store(true)
 	var inProgress atomic.Int32
 	var c countingHandler
@@ -125,7 +125,7 @@ func TestDedupe_handBacksNotDeadLettered(t *testing.T) {
 }
 
 type flakyStore struct {
-	*idemmemory.Store
+	*memstore.Store
 	down     atomic.Bool
 	failures atomic.Int32
 }

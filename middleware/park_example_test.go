@@ -9,7 +9,7 @@ import (
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/parking"
-	parkmem "github.com/ferrymq/ferry/parking/memory"
+	"github.com/ferrymq/ferry/store/memstore"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/memory"
 )
@@ -20,7 +20,7 @@ import (
 func ExamplePark() {
 	ctx := context.Background()
 	broker, _ := memory.New(ctx, "memory://")
-	lot := parkmem.New()
+	lot, _ := memstore.NewLot()
 	var fixed atomic.Bool
 	inventory := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 		if m.ID == "evt-2" && !fixed.Load() {

@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
-	"github.com/ferrymq/ferry/idempotency/memory"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/parking"
-	parkmem "github.com/ferrymq/ferry/parking/memory"
+	"github.com/ferrymq/ferry/store/memstore"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -66,11 +65,11 @@ func TestPark_options(t *testing.T) {
 	if _, err := middleware.Park(nil); !errors.Is(err, middleware.ErrInvalidOption) {
 		t.Errorf("Park(nil): err = %v, want ErrInvalidOption", err)
 	}
-	if _, err := middleware.Park(parkmem.New(), middleware.CacheFor(-time.Second)); !errors.Is(err, middleware.ErrInvalidOption) {
+	if _, err := middleware.Park(must(memstore.NewLot()), middleware.CacheFor(-time.Second)); !errors.Is(err, middleware.ErrInvalidOption) {
 		t.Errorf("CacheFor(-1s): err = %v, want ErrInvalidOption", err)
 	}
 	b := newBroker(t)
-	if _, err := middleware.Recommended(b, middleware.Parking(parkmem.New()),
+	if _, err := middleware.Recommended(b, middleware.Parking(must(memstore.NewLot())),
 		middleware.Redeliver(2, time.Second)); !errors.Is(err, middleware.ErrInvalidOption) {
 		t.Errorf("Parking with Redeliver: err = %v, want ErrInvalidOption", err)
 	}
@@ -82,12 +81,12 @@ func TestPark_options(t *testing.T) {
 // Each wrong place for Park (or around it) is refused at the first
 // message, before the handler runs.
 func TestPark_misordered(t *testing.T) {
-	lot := parkmem.New()
+	lot := must(memstore.NewLot())
 	b := newBroker(t)
 	pk := must(middleware.Park(lot))
 	rt := must(middleware.Retry(noWait()))
 	dl := must(middleware.DeadLetter(b))
-	dd := must(middleware.Dedupe(must(memory.New())))
+	dd := must(middleware.Dedupe(must(memstore.NewStore())))
 	for name, mw := range map[string]handler.Middleware{
 		"park inside retry":       handler.Chain(rt, pk),
 		"park inside dedupe":      handler.Chain(dd, pk),
@@ -128,7 +127,7 @@ func TestPark_misordered(t *testing.T) {
 // is appended without running the handler.
 func TestPark_keylessToDLQKeyedParks(t *testing.T) {
 	b := newBroker(t)
-	lot := parkmem.New()
+	lot := must(memstore.NewLot())
 	const topic, name = "orders", "inventory"
 	var rec recorder
 	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
@@ -162,7 +161,7 @@ func TestPark_keylessToDLQKeyedParks(t *testing.T) {
 // concurrent messages share snapshot reads.
 func TestPark_freshLookup(t *testing.T) {
 	b := newBroker(t)
-	inner := parkmem.New()
+	inner := must(memstore.NewLot())
 	// A remote lot's snapshot takes a round trip; messages that arrive
 	// meanwhile must share the read in flight rather than start their own.
 	lot := &remoteLot{Lot: inner, latency: time.Millisecond}
@@ -202,7 +201,7 @@ func TestPark_freshLookup(t *testing.T) {
 // message, however old the snapshot.
 func TestPark_cacheForSeesOwnPark(t *testing.T) {
 	b := newBroker(t)
-	lot := &remoteLot{Lot: parkmem.New()}
+	lot := &remoteLot{Lot: must(memstore.NewLot())}
 	const topic, name = "orders", "inventory"
 	var rec recorder
 	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
@@ -230,7 +229,7 @@ func TestPark_cacheForSeesOwnPark(t *testing.T) {
 // key's next message goes behind it.
 func TestPark_lotOutage(t *testing.T) {
 	b := newBroker(t)
-	lot := &remoteLot{Lot: parkmem.New()}
+	lot := &remoteLot{Lot: must(memstore.NewLot())}
 	const topic, name = "orders", "inventory"
 	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 		if m.ID == "evt-1" {
@@ -274,7 +273,7 @@ func TestPark_lotOutage(t *testing.T) {
 // with the gauge at 1, and the DLQ holds only the visibility copy.
 func TestPark_releaseThroughStack(t *testing.T) {
 	b := newBroker(t)
-	lot := parkmem.New()
+	lot := must(memstore.NewLot())
 	const topic, name = "orders", "inventory"
 	var broken atomic.Bool
 	broken.Store(true)

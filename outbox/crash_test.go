@@ -19,10 +19,10 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
-	"github.com/ferrymq/ferry/idempotency/postgres"
 	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/outbox"
+	"github.com/ferrymq/ferry/store/pgstore"
 	"github.com/ferrymq/ferry/transport"
 	_ "github.com/ferrymq/ferry/transport/redisstream"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -206,14 +206,14 @@ func TestRelayCrash(t *testing.T) {
 
 	// Exactly once: a consumer with the Postgres inbox applies each order once.
 	records := table + "_inbox"
-	if err := postgres.Migrate(ctx, db, records); err != nil {
+	if err := pgstore.MigrateIdempotency(ctx, db, records); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(ctx, `CREATE TABLE `+table+`_fx (order_id text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = db.Exec(context.Background(), `DROP TABLE IF EXISTS `+records+`, `+table+`_fx`) })
-	inbox, err := postgres.NewInbox(db, postgres.Table(records), postgres.Namespace("inventory"))
+	inbox, err := pgstore.NewInbox(db, pgstore.Table(records), pgstore.Namespace("inventory"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestRelayCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := dedupe(handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
-		tx, err := postgres.Tx(ctx)
+		tx, err := pgstore.Tx(ctx)
 		if err != nil {
 			return err
 		}

@@ -26,10 +26,13 @@
 // ([Entry]: the whole message and its delivery facts, with a sequence
 // number). Stores:
 //
-//   - parking/memory: one process; every consumer shares the *Lot.
-//   - parking/redis: go-redis v9; each transition is one Lua script.
-//   - parking/postgres: pgx v5; each transition is one transaction on the
-//     key's row; schema by an explicit Migrate call or SQL file.
+//   - store/memstore (memstore.NewLot): one process; every consumer shares
+//     the *Lot.
+//   - store/redisstore (redisstore.NewLot): go-redis v9; each transition is
+//     one Lua script.
+//   - store/pgstore (pgstore.NewLot): pgx v5; each transition is one
+//     transaction on the key's row; schema by an explicit MigrateParking
+//     call or SQL file.
 //
 // parking/parkingtest holds the cases every store passes.
 //

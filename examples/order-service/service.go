@@ -16,7 +16,7 @@ import (
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/middleware"
-	parkmem "github.com/ferrymq/ferry/parking/memory"
+	"github.com/ferrymq/ferry/store/memstore"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/rabbitmq"
 )
@@ -449,7 +449,10 @@ func (s *service) countDuplicate(m *handler.Message, _ []byte) {
 // Park is outside Dedupe so that a parked message is not remembered as
 // done; DeadLetter catches only failures of keyless messages.
 func (s *service) startInventory(ctx context.Context) (*ferry.Router, chan error, error) {
-	lot := parkmem.New()
+	lot, err := memstore.NewLot(memstore.WithLogger(s.log))
+	if err != nil {
+		return nil, nil, err
+	}
 	dl, err := middleware.DeadLetter(s.t, s.dlq("inventory"), middleware.OnDeadLetter(s.countDeadLetter))
 	if err != nil {
 		return nil, nil, err

@@ -12,9 +12,9 @@ import (
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/idempotency"
-	idemmem "github.com/ferrymq/ferry/idempotency/memory"
-	"github.com/ferrymq/ferry/idempotency/postgres"
 	"github.com/ferrymq/ferry/outbox"
+	"github.com/ferrymq/ferry/store/memstore"
+	"github.com/ferrymq/ferry/store/pgstore"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -50,7 +50,7 @@ type pgStore struct {
 	pool   *pgxpool.Pool
 	prefix string
 	ob     *outbox.Outbox
-	in     *postgres.Inbox
+	in     *pgstore.Inbox
 }
 
 func openPostgres(ctx context.Context, url, prefix string) (*pgStore, error) {
@@ -99,7 +99,7 @@ CREATE TABLE IF NOT EXISTS ` + prefix + `reservations (
 		pool.Close()
 		return nil, err
 	}
-	if err := postgres.Migrate(ctx, pool, prefix+"idempotency"); err != nil {
+	if err := pgstore.MigrateIdempotency(ctx, pool, prefix+"idempotency"); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -107,7 +107,7 @@ CREATE TABLE IF NOT EXISTS ` + prefix + `reservations (
 		pool.Close()
 		return nil, err
 	}
-	if s.in, err = postgres.NewInbox(pool, postgres.Table(prefix+"idempotency"), postgres.Namespace("inventory")); err != nil {
+	if s.in, err = pgstore.NewInbox(pool, pgstore.Table(prefix+"idempotency"), pgstore.Namespace("inventory")); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func (s *pgStore) runRelay(ctx context.Context, pub transport.Publisher, log *sl
 func (s *pgStore) inbox() idempotency.Store { return s.in }
 
 func (s *pgStore) leases(ns string) idempotency.Store {
-	st, err := postgres.New(s.pool, postgres.Table(s.prefix+"idempotency"), postgres.Namespace(ns), postgres.Lease(time.Minute))
+	st, err := pgstore.NewStore(s.pool, pgstore.Table(s.prefix+"idempotency"), pgstore.Namespace(ns), pgstore.Lease(time.Minute))
 	if err != nil {
 		panic(err) // static options
 	}
@@ -158,7 +158,7 @@ func (s *pgStore) leases(ns string) idempotency.Store {
 }
 
 func (s *pgStore) reserve(ctx context.Context, o OrderPlaced) error {
-	tx, err := postgres.Tx(ctx)
+	tx, err := pgstore.Tx(ctx)
 	if err != nil {
 		return err
 	}
@@ -201,14 +201,14 @@ type memStore struct {
 	pending  []*handler.Message
 	wake     chan struct{}
 	reserved map[string]int // order -> units
-	in       *idemmem.Store
-	lease    map[string]*idemmem.Store
+	in       *memstore.Store
+	lease    map[string]*memstore.Store
 }
 
 func newMemStore() *memStore {
-	in, _ := idemmem.New()
+	in, _ := memstore.NewStore()
 	return &memStore{orders: map[string]OrderPlaced{}, wake: make(chan struct{}, 1),
-		reserved: map[string]int{}, in: in, lease: map[string]*idemmem.Store{}}
+		reserved: map[string]int{}, in: in, lease: map[string]*memstore.Store{}}
 }
 
 func (s *memStore) describe() string {
@@ -264,7 +264,7 @@ func (s *memStore) leases(ns string) idempotency.Store {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lease[ns] == nil {
-		s.lease[ns], _ = idemmem.New(idemmem.Lease(time.Minute))
+		s.lease[ns], _ = memstore.NewStore(memstore.Lease(time.Minute))
 	}
 	return s.lease[ns]
 }

@@ -77,6 +77,32 @@ func (e *MemoryEffects) Counts(t testing.TB) map[string]int {
 	return out
 }
 
+// MemoryEffectsPerNamespace gives each (test, namespace) its own
+// [MemoryEffects]. Embed it in a [Harness] whose store's effects need no
+// transaction (every lease-mode store) to get the harness's Effects
+// method. The zero value is ready to use.
+type MemoryEffectsPerNamespace struct {
+	mu sync.Mutex
+	m  map[string]*MemoryEffects
+}
+
+// Effects returns the MemoryEffects of (t's test, ns), the same on every
+// call.
+func (e *MemoryEffectsPerNamespace) Effects(t testing.TB, ns string) Effects {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := t.Name() + "/" + ns
+	if e.m == nil {
+		e.m = map[string]*MemoryEffects{}
+	}
+	if fx, ok := e.m[k]; ok {
+		return fx
+	}
+	fx := &MemoryEffects{}
+	e.m[k] = fx
+	return fx
+}
+
 // Order is the message every scenario publishes: an OrderPlaced event with
 // the given event ID, keyed by its order.
 func Order(topic, id, orderID string) *handler.Message {

@@ -1,5 +1,5 @@
 -- Ferry idempotency records, schema version 1, for the default table name.
--- postgres.Migrate runs exactly these statements (with the table's name);
+-- pgstore.MigrateIdempotency runs exactly these statements (with the table's name);
 -- apply this file with your own migration tool instead if you prefer.
 CREATE TABLE IF NOT EXISTS ferry_idempotency (
     namespace  text        NOT NULL,

@@ -1,11 +1,9 @@
-package redis
+package redisstore
 
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -15,50 +13,30 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/storelog"
 	"github.com/ferrymq/ferry/parking"
 )
 
-// DefaultPrefix is the key prefix of a Lot without [Prefix].
-const DefaultPrefix = "ferry:park:"
-
-// ErrInvalidOption is wrapped by the error [New] returns for an invalid
-// option or a nil client.
-var ErrInvalidOption = errors.New("parking/redis: invalid option")
-
-// An Option configures [New].
-type Option func(*config)
-
-type config struct {
-	prefix string
-}
-
-// Prefix sets the prefix of every Redis key the Lot writes, overriding
-// "ferry:park:" ([DefaultPrefix]). Lots with different prefixes never
-// meet; subscriptions sharing a prefix are kept apart by their names.
-func Prefix(p string) Option {
-	return func(c *config) { c.prefix = p }
-}
-
-// Lot is a [parking.Lot] on Redis. Make one with [New].
+// Lot is a [parking.Lot] on Redis. Make one with [NewLot].
 type Lot struct {
 	c   goredis.UniversalClient
-	cfg config
+	cfg lotConfig
 }
 
 var _ parking.Lot = (*Lot)(nil)
 
-// New returns a Lot that keeps its records in Redis through c. It does no
-// I/O. c may be a single node, a failover or a cluster client: every
-// script touches the keys of one subscription, which share a hash tag.
-func New(c goredis.UniversalClient, opts ...Option) (*Lot, error) {
-	cfg := config{prefix: DefaultPrefix}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
+// NewLot returns a Lot that keeps its records in Redis through c. It does
+// no I/O. c may be a single node, a failover or a cluster client: every
+// script touches the keys of one subscription, which share a hash tag. It
+// returns an error wrapping [ErrInvalidOption] for a nil client or an
+// invalid option.
+func NewLot(c goredis.UniversalClient, opts ...LotOption) (*Lot, error) {
+	cfg := newLotConfig(opts)
 	if c == nil {
-		return nil, fmt.Errorf("%w: New needs a client", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: redisstore: NewLot needs a client", ErrInvalidOption)
+	}
+	if err := storelog.Check("redisstore", cfg.log); err != nil {
+		return nil, err
 	}
 	return &Lot{c: c, cfg: cfg}, nil
 }
@@ -74,13 +52,13 @@ func (l *Lot) keysOf(sub, key string) (ver, parked, k, m, i string) {
 func (l *Lot) subsKey() string { return l.cfg.prefix + "subscriptions" }
 
 func wrap(op, sub, key string, err error) error {
-	return fmt.Errorf("parking/redis: %s %s/%s: %w", op, sub, key, err)
+	return fmt.Errorf("redisstore: %s %s/%s: %w", op, sub, key, err)
 }
 
 // Park parks m's key on sub; see [parking.Lot.Park].
 func (l *Lot) Park(ctx context.Context, sub string, m *handler.Message, f parking.Failure) (parking.Status, error) {
 	if m.Key == "" {
-		return 0, fmt.Errorf("parking/redis: park %s: message %s has no key", sub, m.ID)
+		return 0, fmt.Errorf("redisstore: park %s: message %s has no key", sub, m.ID)
 	}
 	msg, err := parking.MarshalMessage(m)
 	if err != nil {
@@ -93,6 +71,7 @@ func (l *Lot) Park(ctx context.Context, sub string, m *handler.Message, f parkin
 		return 0, wrap("park", sub, m.Key, err)
 	}
 	if parking.Status(n) == parking.Parked {
+		storelog.Parked(l.cfg.log, sub, m, f)
 		// Outside the script: the registry is not in the subscription's slot.
 		if err := l.c.SAdd(ctx, l.subsKey(), sub).Err(); err != nil {
 			return parking.Parked, wrap("park", sub, m.Key, err)
@@ -188,10 +167,12 @@ func info(sub, key string, h map[string]string, now time.Time) parking.KeyInfo {
 	return ki
 }
 
-// serverNow is the Redis server's clock, for comparing lock leases.
+// serverNow is the Redis server's clock, for comparing lock leases; this
+// process's clock if the server's cannot be read.
 func (l *Lot) serverNow(ctx context.Context) time.Time {
 	t, err := l.c.Time(ctx).Result()
 	if err != nil {
+		l.cfg.log.Warn("redisstore: reading the server's clock failed; comparing release locks with this process's clock", "err", err)
 		return time.Now()
 	}
 	return t
@@ -242,11 +223,11 @@ func decodeMember(s string) (parking.Entry, error) {
 	a, rest, ok1 := strings.Cut(s, ":")
 	b, js, ok2 := strings.Cut(rest, ":")
 	if !ok1 || !ok2 {
-		return parking.Entry{}, fmt.Errorf("parking/redis: malformed entry %.40q", s)
+		return parking.Entry{}, fmt.Errorf("redisstore: malformed entry %.40q", s)
 	}
 	seq, err := strconv.ParseInt(a, 10, 64)
 	if err != nil {
-		return parking.Entry{}, fmt.Errorf("parking/redis: malformed entry %.40q", s)
+		return parking.Entry{}, fmt.Errorf("redisstore: malformed entry %.40q", s)
 	}
 	m, err := parking.UnmarshalMessage([]byte(js))
 	if err != nil {
@@ -281,22 +262,16 @@ func (l *Lot) Messages(ctx context.Context, sub, key string, after int64, limit 
 func (l *Lot) Subscriptions(ctx context.Context) ([]string, error) {
 	subs, err := l.c.SMembers(ctx, l.subsKey()).Result()
 	if err != nil {
-		return nil, fmt.Errorf("parking/redis: subscriptions: %w", err)
+		return nil, fmt.Errorf("redisstore: subscriptions: %w", err)
 	}
 	sort.Strings(subs)
 	return subs, nil
 }
 
-func newToken() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // Lock takes key's release lock; see [parking.Lot.Lock].
 func (l *Lot) Lock(ctx context.Context, sub, key string, lease time.Duration) (string, error) {
 	_, _, k, _, _ := l.keysOf(sub, key)
-	tok := newToken()
+	tok := rand.Text()
 	n, err := lockScript.Run(ctx, l.c, []string{k}, tok, max(lease.Milliseconds(), 1)).Int()
 	switch {
 	case err != nil:
@@ -332,6 +307,9 @@ func (l *Lot) Unpark(ctx context.Context, sub, key, token string) (bool, error) 
 	if n < 0 {
 		return false, parking.ErrLockLost
 	}
+	if n == 1 {
+		storelog.Unparked(l.cfg.log, sub, key)
+	}
 	return n == 1, nil
 }
 
@@ -361,7 +339,7 @@ type auditRecord struct {
 func decodeAudit(sub, rec string) (parking.Dropped, error) {
 	var a auditRecord
 	if err := json.Unmarshal([]byte(rec), &a); err != nil {
-		return parking.Dropped{}, fmt.Errorf("parking/redis: malformed audit record: %w", err)
+		return parking.Dropped{}, fmt.Errorf("redisstore: malformed audit record: %w", err)
 	}
 	h := make(map[string]string, len(a.State))
 	for k, v := range a.State {
@@ -377,7 +355,7 @@ func decodeAudit(sub, rec string) (parking.Dropped, error) {
 	d.Count = atoi(h["count"])
 	if s := strings.TrimSpace(string(a.IDs)); s != "{}" && s != "" { // cjson encodes an empty array as {}
 		if err := json.Unmarshal(a.IDs, &d.IDs); err != nil {
-			return parking.Dropped{}, fmt.Errorf("parking/redis: malformed audit record: %w", err)
+			return parking.Dropped{}, fmt.Errorf("redisstore: malformed audit record: %w", err)
 		}
 	}
 	return d, nil
@@ -397,7 +375,11 @@ func (l *Lot) Drop(ctx context.Context, sub, key string, a parking.Audit) (parki
 		return parking.Dropped{}, wrap("drop", sub, key, parking.ErrReleasing)
 	}
 	rec, _ := res[1].(string)
-	return decodeAudit(sub, rec)
+	d, err := decodeAudit(sub, rec)
+	if err == nil {
+		storelog.Dropped(l.cfg.log, d)
+	}
+	return d, err
 }
 
 // Audits returns sub's drop records, oldest first.

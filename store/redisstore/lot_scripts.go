@@ -1,4 +1,4 @@
-package redis
+package redisstore
 
 import goredis "github.com/redis/go-redis/v9"
 

@@ -1,5 +1,5 @@
 -- Ferry parking lot, schema version 1, for the default table prefix.
--- postgres.Migrate runs exactly these statements (with the prefix given);
+-- pgstore.MigrateParking runs exactly these statements (with the prefix given);
 -- apply this file with your own migration tool instead if you prefer.
 CREATE TABLE IF NOT EXISTS ferry_parking_keys (
     subscription    text        NOT NULL,

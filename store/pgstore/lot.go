@@ -1,9 +1,8 @@
-package postgres
+package pgstore
 
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,42 +13,15 @@ import (
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/internal/pgschema"
+	"github.com/ferrymq/ferry/internal/storelog"
 	"github.com/ferrymq/ferry/parking"
 )
 
-// ErrInvalidOption is wrapped by the error [New] and [Schema] return for
-// an invalid option or table prefix.
-var ErrInvalidOption = errors.New("parking/postgres: invalid option")
-
-// DB is what the Lot needs of a database handle: a *pgxpool.Pool (the
-// Lot is safe for concurrent use only over a pool).
-type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// An Option configures [New].
-type Option func(*config)
-
-type config struct {
-	prefix string
-}
-
-// Tables sets the prefix of the lot's tables, overriding "ferry_parking"
-// ([DefaultTables]): the tables are <prefix>_keys, <prefix>_messages,
-// <prefix>_versions and <prefix>_audit. They must have been created with
-// [Migrate] (or [Schema]). prefix is "name" or "schema.name", in lower
-// case.
-func Tables(prefix string) Option {
-	return func(c *config) { c.prefix = prefix }
-}
-
-// Lot is a [parking.Lot] on PostgreSQL. Make one with [New].
+// Lot is a [parking.Lot] on PostgreSQL. Make one with [NewLot].
 type Lot struct {
-	db DB
-	q  queries
+	db  DB
+	cfg lotConfig
+	q   queries
 }
 
 var _ parking.Lot = (*Lot)(nil)
@@ -59,27 +31,27 @@ type queries struct {
 	lock, lockState, holds, remove, renew, left, unpark, unlock, unlockFailed, dropIDs, dropMsgs, audit, audits string
 }
 
-// New returns a Lot over db. It does no I/O and runs no DDL: create the
-// tables first with [Migrate].
-func New(db DB, opts ...Option) (*Lot, error) {
-	cfg := config{prefix: DefaultTables}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
+// NewLot returns a Lot over db, which should be a *pgxpool.Pool. It does
+// no I/O and runs no DDL: create the tables first with [MigrateParking]. It
+// returns an error wrapping [ErrInvalidOption] for a nil db or an invalid
+// option.
+func NewLot(db DB, opts ...LotOption) (*Lot, error) {
+	cfg := newLotConfig(opts)
 	if db == nil {
-		return nil, fmt.Errorf("%w: New needs a database", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: pgstore: NewLot needs a database", ErrInvalidOption)
 	}
-	if !pgschema.Name.MatchString(cfg.prefix) {
-		return nil, fmt.Errorf("%w: table prefix %q: want [schema.]name in lower case", ErrInvalidOption, cfg.prefix)
+	if err := pgschema.Check("pgstore: TablePrefix", cfg.prefix); err != nil {
+		return nil, err
+	}
+	if err := storelog.Check("pgstore", cfg.log); err != nil {
+		return nil, err
 	}
 	p := cfg.prefix
 	K, M, V, A := p+"_keys", p+"_messages", p+"_versions", p+"_audit"
 	const keyCols = `key, first_id, error, class, attempts, failed_at, parked_at, coalesce(last_error, ''), coalesce(last_class, ''),
 		coalesce(last_attempts, 0), last_failed_at, failed_releases, count,
 		CASE WHEN lock_token IS NOT NULL AND lock_until > clock_timestamp() THEN lock_until END`
-	return &Lot{db: db, q: queries{
+	return &Lot{db: db, cfg: cfg, q: queries{
 		insertKey: `INSERT INTO ` + K + ` (subscription, key, first_id, error, class, attempts, failed_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (subscription, key) DO NOTHING`,
 		lockKey: `SELECT 1 FROM ` + K + ` WHERE subscription = $1 AND key = $2 FOR UPDATE`,
@@ -122,7 +94,7 @@ func New(db DB, opts ...Option) (*Lot, error) {
 }
 
 func wrap(op, sub, key string, err error) error {
-	return fmt.Errorf("parking/postgres: %s %s/%s: %w", op, sub, key, err)
+	return fmt.Errorf("pgstore: %s %s/%s: %w", op, sub, key, err)
 }
 
 // nullTime is t, or NULL for the zero time.
@@ -174,7 +146,7 @@ func (l *Lot) add(ctx context.Context, tx pgx.Tx, sub string, m *handler.Message
 // Park parks m's key on sub; see [parking.Lot.Park].
 func (l *Lot) Park(ctx context.Context, sub string, m *handler.Message, f parking.Failure) (parking.Status, error) {
 	if m.Key == "" {
-		return 0, fmt.Errorf("parking/postgres: park %s: message %s has no key", sub, m.ID)
+		return 0, fmt.Errorf("pgstore: park %s: message %s has no key", sub, m.ID)
 	}
 	for range 5 {
 		var st parking.Status
@@ -194,23 +166,18 @@ func (l *Lot) Park(ctx context.Context, sub string, m *handler.Message, f parkin
 				return nil
 			}
 			// Parked already: lock its row, unless it was unparked meanwhile.
-			rows, err := tx.Query(ctx, l.q.lockKey, sub, m.Key)
-			if err != nil {
-				return err
-			}
-			found := rows.Next()
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			if !found {
-				return nil // st stays NotParked: try again
+			found, err := lockRow(ctx, tx, l.q.lockKey, sub, m.Key)
+			if err != nil || !found {
+				return err // st stays NotParked: try again
 			}
 			st, err = l.add(ctx, tx, sub, m)
 			return err
 		})
 		if err != nil {
 			return 0, wrap("park", sub, m.Key, err)
+		}
+		if st == parking.Parked {
+			storelog.Parked(l.cfg.log, sub, m, f)
 		}
 		if st != parking.NotParked {
 			return st, nil
@@ -225,13 +192,8 @@ func (l *Lot) Park(ctx context.Context, sub string, m *handler.Message, f parkin
 func (l *Lot) Append(ctx context.Context, sub string, m *handler.Message) (parking.Status, error) {
 	var st parking.Status
 	err := l.tx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, l.q.lockKey, sub, m.Key)
-		if err != nil {
-			return err
-		}
-		found := rows.Next()
-		rows.Close()
-		if err := rows.Err(); err != nil || !found {
+		found, err := lockRow(ctx, tx, l.q.lockKey, sub, m.Key)
+		if err != nil || !found {
 			return err
 		}
 		st, err = l.add(ctx, tx, sub, m)
@@ -292,21 +254,20 @@ func scanKey(sub string, row pgx.Row) (parking.KeyInfo, error) {
 
 // Keys lists sub's parked keys, oldest first.
 func (l *Lot) Keys(ctx context.Context, sub string) ([]parking.KeyInfo, error) {
-	rows, err := l.db.Query(ctx, l.q.keys, sub)
+	return collect(ctx, l, "keys", sub, "", func(row pgx.CollectableRow) (parking.KeyInfo, error) {
+		return scanKey(sub, row)
+	}, l.q.keys, sub)
+}
+
+// collect runs the query sql with args and scans each row with scan.
+func collect[T any](ctx context.Context, l *Lot, op, sub, key string, scan pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
+	rows, err := l.db.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, wrap("keys", sub, "", err)
+		return nil, wrap(op, sub, key, err)
 	}
-	defer rows.Close()
-	var out []parking.KeyInfo
-	for rows.Next() {
-		k, err := scanKey(sub, rows)
-		if err != nil {
-			return nil, wrap("keys", sub, "", err)
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("keys", sub, "", err)
+	out, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return nil, wrap(op, sub, key, err)
 	}
 	return out, nil
 }
@@ -329,60 +290,44 @@ func (l *Lot) Messages(ctx context.Context, sub, key string, after int64, limit 
 	if limit > 0 {
 		lim = limit
 	}
-	rows, err := l.db.Query(ctx, l.q.messages, sub, key, after, lim)
-	if err != nil {
-		return nil, wrap("messages", sub, key, err)
-	}
-	defer rows.Close()
-	var out []parking.Entry
-	for rows.Next() {
+	return collect(ctx, l, "messages", sub, key, func(row pgx.CollectableRow) (parking.Entry, error) {
 		var e parking.Entry
 		m := &handler.Message{Key: key}
 		var headers, facts []byte
-		if err := rows.Scan(&e.Seq, &m.ID, &m.Topic, &m.Payload, &headers, &facts, &e.ParkedAt); err != nil {
-			return nil, wrap("messages", sub, key, err)
+		if err := row.Scan(&e.Seq, &m.ID, &m.Topic, &m.Payload, &headers, &facts, &e.ParkedAt); err != nil {
+			return e, err
 		}
 		if len(headers) > 0 && string(headers) != "null" {
 			if err := json.Unmarshal(headers, &m.Headers); err != nil {
-				return nil, wrap("messages", sub, key, err)
+				return e, err
 			}
 		}
 		var wf parking.WireFacts
 		if err := json.Unmarshal(facts, &wf); err != nil {
-			return nil, wrap("messages", sub, key, err)
+			return e, err
 		}
 		m.SetFacts(wf.Facts())
 		e.Message = m
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("messages", sub, key, err)
-	}
-	return out, nil
+		return e, nil
+	}, l.q.messages, sub, key, after, lim)
 }
 
 // Subscriptions returns the subscriptions that ever had a parked key.
 func (l *Lot) Subscriptions(ctx context.Context) ([]string, error) {
 	rows, err := l.db.Query(ctx, l.q.subs)
 	if err != nil {
-		return nil, fmt.Errorf("parking/postgres: subscriptions: %w", err)
+		return nil, fmt.Errorf("pgstore: subscriptions: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fmt.Errorf("parking/postgres: subscriptions: %w", err)
+		return nil, fmt.Errorf("pgstore: subscriptions: %w", err)
 	}
 	return out, nil
 }
 
-func newToken() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // Lock takes key's release lock; see [parking.Lot.Lock].
 func (l *Lot) Lock(ctx context.Context, sub, key string, lease time.Duration) (string, error) {
-	tok := newToken()
+	tok := rand.Text()
 	tag, err := l.db.Exec(ctx, l.q.lock, sub, key, tok, max(lease.Milliseconds(), 1))
 	if err != nil {
 		return "", wrap("lock", sub, key, err)
@@ -400,21 +345,25 @@ func (l *Lot) Lock(ctx context.Context, sub, key string, lease time.Duration) (s
 	return "", parking.ErrReleasing
 }
 
-// holds locks key's row in tx if token holds its release lock.
-func (l *Lot) holds(ctx context.Context, tx pgx.Tx, sub, key, token string) error {
-	rows, err := tx.Query(ctx, l.q.holds, sub, key, token)
+// lockRow runs sql, a SELECT ... FOR UPDATE of at most one row, in tx,
+// and reports whether it found (and so locked) the row.
+func lockRow(ctx context.Context, tx pgx.Tx, sql string, args ...any) (bool, error) {
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
-		return err
+		return false, err
 	}
 	found := rows.Next()
 	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if !found {
+	return found, rows.Err()
+}
+
+// holds locks key's row in tx if token holds its release lock.
+func (l *Lot) holds(ctx context.Context, tx pgx.Tx, sub, key, token string) error {
+	found, err := lockRow(ctx, tx, l.q.holds, sub, key, token)
+	if err == nil && !found {
 		return parking.ErrLockLost
 	}
-	return nil
+	return err
 }
 
 // Remove deletes a replayed message; see [parking.Lot.Remove].
@@ -466,6 +415,9 @@ func (l *Lot) Unpark(ctx context.Context, sub, key, token string) (bool, error) 
 	}
 	if err != nil {
 		return false, wrap("unpark", sub, key, err)
+	}
+	if done {
+		storelog.Unparked(l.cfg.log, sub, key)
 	}
 	return done, nil
 }
@@ -522,31 +474,20 @@ func (l *Lot) Drop(ctx context.Context, sub, key string, a parking.Audit) (parki
 	if err != nil {
 		return parking.Dropped{}, wrap("drop", sub, key, err)
 	}
+	storelog.Dropped(l.cfg.log, d)
 	return d, nil
 }
 
 // Audits returns sub's drop records, oldest first.
 func (l *Lot) Audits(ctx context.Context, sub string) ([]parking.Dropped, error) {
-	rows, err := l.db.Query(ctx, l.q.audits, sub)
-	if err != nil {
-		return nil, wrap("audits", sub, "", err)
-	}
-	defer rows.Close()
-	var out []parking.Dropped
-	for rows.Next() {
+	return collect(ctx, l, "audits", sub, "", func(row pgx.CollectableRow) (parking.Dropped, error) {
 		d := parking.Dropped{KeyInfo: parking.KeyInfo{Subscription: sub}}
 		var failedAt *time.Time
-		if err := rows.Scan(&d.Key, &d.FirstID, &d.Failure.Error, &d.Failure.Class, &d.Failure.Attempts, &failedAt,
-			&d.ParkedAt, &d.FailedReleases, &d.Count, &d.IDs, &d.Audit.By, &d.Audit.Reason, &d.DroppedAt); err != nil {
-			return nil, wrap("audits", sub, "", err)
-		}
+		err := row.Scan(&d.Key, &d.FirstID, &d.Failure.Error, &d.Failure.Class, &d.Failure.Attempts, &failedAt,
+			&d.ParkedAt, &d.FailedReleases, &d.Count, &d.IDs, &d.Audit.By, &d.Audit.Reason, &d.DroppedAt)
 		if failedAt != nil {
 			d.Failure.At = *failedAt
 		}
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("audits", sub, "", err)
-	}
-	return out, nil
+		return d, err
+	}, l.q.audits, sub)
 }

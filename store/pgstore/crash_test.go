@@ -1,4 +1,4 @@
-package postgres_test
+package pgstore_test
 
 import (
 	"bufio"
@@ -13,8 +13,8 @@ import (
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/idempotency/idempotencytest"
-	"github.com/ferrymq/ferry/idempotency/postgres"
 	"github.com/ferrymq/ferry/middleware"
+	"github.com/ferrymq/ferry/store/pgstore"
 )
 
 const crashEnv = "FERRY_IDEM_CRASH" // mode,records,effects,namespace
@@ -31,7 +31,7 @@ const crashEnv = "FERRY_IDEM_CRASH" // mode,records,effects,namespace
 func TestInboxCrash(t *testing.T) {
 	for _, mode := range []string{"before-commit", "after-commit"} {
 		t.Run(mode, func(t *testing.T) {
-			h := newHarness(t, true)
+			h := newStoreHarness(t, true)
 			ns := "crash-" + mode
 			cmd := exec.Command(os.Args[0], "-test.run=^TestInboxCrashChild$", "-test.v")
 			cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{mode, h.records, h.effects, ns}, ","))
@@ -79,7 +79,7 @@ func TestInboxCrash(t *testing.T) {
 			}
 
 			// The broker redelivers the message to a surviving consumer.
-			store, err := postgres.NewInbox(h.db, postgres.Table(h.records), postgres.Namespace(ns))
+			store, err := pgstore.NewInbox(h.db, pgstore.Table(h.records), pgstore.Namespace(ns))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,9 +115,9 @@ func TestInboxCrashChild(t *testing.T) {
 	parts := strings.Split(spec, ",")
 	mode, records, effects, ns := parts[0], parts[1], parts[2], parts[3]
 	db := pool(t)
-	h := &harness{db: db, records: records, effects: effects, inbox: true}
+	h := &storeHarness{db: db, records: records, effects: effects, inbox: true}
 	eff := &rowEffects{h: h, ns: ns}
-	store, err := postgres.NewInbox(db, postgres.Table(records), postgres.Namespace(ns))
+	store, err := pgstore.NewInbox(db, pgstore.Table(records), pgstore.Namespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,22 +1,25 @@
-package memory
+package memstore
 
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/storelog"
 	"github.com/ferrymq/ferry/parking"
 )
 
 // Lot is a [parking.Lot] in this process's memory. The zero value is not
-// usable; make one with [New].
+// usable; make one with [NewLot].
 type Lot struct {
+	log *slog.Logger
+
 	mu     sync.Mutex
 	subs   map[string]*sub
 	views  sync.Map     // subscription → *sub, for IsParked without l.mu
@@ -45,8 +48,15 @@ var (
 	_ parking.Checker = (*Lot)(nil)
 )
 
-// New returns an empty Lot.
-func New() *Lot { return &Lot{subs: map[string]*sub{}} }
+// NewLot returns an empty Lot. It returns an error wrapping
+// [ErrInvalidOption] for an invalid option.
+func NewLot(opts ...LotOption) (*Lot, error) {
+	c, err := newLotConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Lot{log: c.log, subs: map[string]*sub{}}, nil
+}
 
 func (l *Lot) sub(name string) *sub {
 	s, ok := l.subs[name]
@@ -102,7 +112,7 @@ func (k *key) add(m *handler.Message, now time.Time) parking.Status {
 // Park parks m's key on sn with m first; see [parking.Lot.Park].
 func (l *Lot) Park(ctx context.Context, sn string, m *handler.Message, f parking.Failure) (parking.Status, error) {
 	if m.Key == "" {
-		return 0, fmt.Errorf("parking/memory: park %s: message %s has no key", sn, m.ID)
+		return 0, fmt.Errorf("memstore: park %s: message %s has no key", sn, m.ID)
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -121,6 +131,7 @@ func (l *Lot) Park(ctx context.Context, sn string, m *handler.Message, f parking
 	s.keys[m.Key] = k
 	l.parked.Add(1)
 	s.changed()
+	storelog.Parked(l.log, sn, m, f)
 	return parking.Parked, nil
 }
 
@@ -275,12 +286,6 @@ func (l *Lot) Subscriptions(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-func newToken() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // Lock takes key's release lock; see [parking.Lot.Lock].
 func (l *Lot) Lock(ctx context.Context, sn, key string, lease time.Duration) (string, error) {
 	if err := ctx.Err(); err != nil {
@@ -296,7 +301,7 @@ func (l *Lot) Lock(ctx context.Context, sn, key string, lease time.Duration) (st
 	if k.token != "" && now.Before(k.info.LockedUntil) {
 		return "", parking.ErrReleasing
 	}
-	k.token, k.lease = newToken(), lease
+	k.token, k.lease = rand.Text(), lease
 	k.info.LockedUntil = now.Add(lease)
 	return k.token, nil
 }
@@ -349,6 +354,7 @@ func (l *Lot) Unpark(ctx context.Context, sn, key, token string) (bool, error) {
 	delete(s.keys, key)
 	l.parked.Add(-1)
 	s.changed()
+	storelog.Unparked(l.log, sn, key)
 	return true, nil
 }
 
@@ -378,10 +384,10 @@ func (l *Lot) Drop(ctx context.Context, sn, key string, a parking.Audit) (parkin
 	defer l.mu.Unlock()
 	k, err := l.key(sn, key)
 	if err != nil {
-		return parking.Dropped{}, fmt.Errorf("parking/memory: drop %s/%s: %w", sn, key, err)
+		return parking.Dropped{}, fmt.Errorf("memstore: drop %s/%s: %w", sn, key, err)
 	}
 	if k.token != "" && now.Before(k.info.LockedUntil) {
-		return parking.Dropped{}, fmt.Errorf("parking/memory: drop %s/%s: %w", sn, key, parking.ErrReleasing)
+		return parking.Dropped{}, fmt.Errorf("memstore: drop %s/%s: %w", sn, key, parking.ErrReleasing)
 	}
 	d := parking.Dropped{KeyInfo: k.snapshot(now), Audit: a, DroppedAt: now}
 	for _, e := range k.entries {
@@ -392,6 +398,7 @@ func (l *Lot) Drop(ctx context.Context, sn, key string, a parking.Audit) (parkin
 	s.audits = append(s.audits, d)
 	l.parked.Add(-1)
 	s.changed()
+	storelog.Dropped(l.log, d)
 	return d, nil
 }
 

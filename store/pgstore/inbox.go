@@ -1,4 +1,4 @@
-package postgres
+package pgstore
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // ErrTxOwned is returned by Commit and Rollback on the transaction [Tx]
 // hands out: the dedupe middleware owns the transaction and ends it. Return
 // nil from the handler to commit, an error to roll back.
-var ErrTxOwned = errors.New("idempotency/postgres: the inbox transaction is committed or rolled back by the dedupe middleware")
+var ErrTxOwned = errors.New("pgstore: the inbox transaction is committed or rolled back by the dedupe middleware")
 
 // Inbox is an [idempotency.TxStore] on PostgreSQL, the transactional mode:
 // the claim is a row inserted in a transaction that the handler's writes
@@ -55,9 +55,18 @@ type Inbox struct {
 }
 
 // NewInbox returns an Inbox over db, which should be a *pgxpool.Pool. It
-// does no I/O and runs no DDL: create the table first with [Migrate].
-func NewInbox(db DB, opts ...Option) (*Inbox, error) {
-	s, err := New(db, opts...)
+// does no I/O and runs no DDL: create the table first with
+// [MigrateIdempotency]. It takes every [StoreOption] and [LockWait], and
+// returns an error wrapping [ErrInvalidOption] for a nil db or an invalid
+// option.
+func NewInbox(db DB, opts ...InboxOption) (*Inbox, error) {
+	c := defaultStoreConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.applyInbox(&c)
+		}
+	}
+	s, err := newStore(db, c)
 	if err != nil {
 		return nil, err
 	}
@@ -77,9 +86,9 @@ RETURNING true`
 func (in *Inbox) Begin(ctx context.Context, key string) (idempotency.InboxTx, idempotency.Claim, error) {
 	s := in.Store
 	start := time.Now()
-	tx, err := s.db.Begin(ctx)
+	tx, err := s.rec.db.Begin(ctx)
 	if err != nil {
-		return nil, idempotency.Claim{}, fmt.Errorf("idempotency/postgres: begin %q: %w", key, err)
+		return nil, idempotency.Claim{}, fmt.Errorf("pgstore: begin %q: %w", key, err)
 	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, in.lockWait)
@@ -101,19 +110,21 @@ func (in *Inbox) Begin(ctx context.Context, key string) (idempotency.InboxTx, id
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available: another open transaction holds the key
+		s.cfg.log.Info("pgstore: another consumer's open transaction held the key past LockWait; the message goes back to the broker",
+			"key", key, "lock_wait", s.cfg.lockWait)
 		return nil, idempotency.Claim{State: idempotency.InProgress, Until: time.Now().Add(s.cfg.lockWait)}, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, idempotency.Claim{}, fmt.Errorf("idempotency/postgres: claim %q in transaction: %w", key, err)
+		return nil, idempotency.Claim{}, fmt.Errorf("pgstore: claim %q in transaction: %w", key, err)
 	}
-	c, found, err := s.held(ctx, tx, key)
+	r, err := s.rec.held(ctx, tx, key)
 	if err != nil {
-		return nil, idempotency.Claim{}, err
+		return nil, idempotency.Claim{}, fmt.Errorf("pgstore: claim %q: %w", key, err)
 	}
-	if !found { // expired between the statements; the next delivery claims it
+	if r.State == 0 { // expired between the statements; the next delivery claims it
 		return nil, idempotency.Claim{State: idempotency.InProgress, Until: time.Now()}, nil
 	}
-	return nil, c, nil
+	return nil, r.Claim(), nil
 }
 
 // inboxTx is an open inbox transaction. The handler's writes go into a
@@ -149,11 +160,11 @@ type inboxTx struct {
 func Tx(ctx context.Context) (pgx.Tx, error) {
 	c, ok := idempotency.FromContext(ctx)
 	if !ok {
-		return nil, fmt.Errorf("idempotency/postgres: Tx: %w", idempotency.ErrNotInDedupe)
+		return nil, fmt.Errorf("pgstore: Tx: %w", idempotency.ErrNotInDedupe)
 	}
 	it, ok := c.Tx().(*inboxTx)
 	if !ok {
-		return nil, fmt.Errorf("idempotency/postgres: Tx: the dedupe store is not a postgres Inbox: %w", idempotency.ErrNotInDedupe)
+		return nil, fmt.Errorf("pgstore: Tx: the dedupe store is not a pgstore.Inbox: %w", idempotency.ErrNotInDedupe)
 	}
 	return it.attempt(ctx, c)
 }
@@ -168,12 +179,12 @@ func (it *inboxTx) attempt(ctx context.Context, c *idempotency.Call) (pgx.Tx, er
 	}
 	if it.sp != nil {
 		if err := it.sp.Rollback(ctx); err != nil {
-			return nil, fmt.Errorf("idempotency/postgres: undo attempt %d of %q: %w", it.spAttempt, it.key, err)
+			return nil, fmt.Errorf("pgstore: undo attempt %d of %q: %w", it.spAttempt, it.key, err)
 		}
 	}
 	sp, err := it.tx.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("idempotency/postgres: savepoint for %q: %w", it.key, err)
+		return nil, fmt.Errorf("pgstore: savepoint for %q: %w", it.key, err)
 	}
 	it.sp, it.spAttempt, it.handed = sp, a, ownedTx{sp}
 	return it.handed, nil
@@ -188,18 +199,18 @@ func (it *inboxTx) Commit(ctx context.Context, result []byte) error {
 		// failed after writing. Keep none of it.
 		if err := it.sp.Rollback(ctx); err != nil {
 			_ = it.tx.Rollback(ctx)
-			return fmt.Errorf("idempotency/postgres: undo attempt %d of %q: %w", it.spAttempt, it.key, err)
+			return fmt.Errorf("pgstore: undo attempt %d of %q: %w", it.spAttempt, it.key, err)
 		}
 	}
 	s := it.in.Store
 	if result != nil {
-		if _, err := it.tx.Exec(ctx, s.resultSQL, s.cfg.namespace, it.key, result); err != nil {
+		if _, err := it.tx.Exec(ctx, s.rec.resultSQL, s.cfg.namespace, it.key, result); err != nil {
 			_ = it.tx.Rollback(ctx)
-			return fmt.Errorf("idempotency/postgres: store result of %q: %w", it.key, err)
+			return fmt.Errorf("pgstore: store result of %q: %w", it.key, err)
 		}
 	}
 	if err := it.tx.Commit(ctx); err != nil {
-		return fmt.Errorf("idempotency/postgres: commit %q: %w", it.key, err)
+		return fmt.Errorf("pgstore: commit %q: %w", it.key, err)
 	}
 	return nil
 }
@@ -207,7 +218,7 @@ func (it *inboxTx) Commit(ctx context.Context, result []byte) error {
 // Rollback implements [idempotency.InboxTx].
 func (it *inboxTx) Rollback(ctx context.Context) error {
 	if err := it.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-		return fmt.Errorf("idempotency/postgres: rollback %q: %w", it.key, err)
+		return fmt.Errorf("pgstore: rollback %q: %w", it.key, err)
 	}
 	return nil
 }
