@@ -1,6 +1,6 @@
 // Package pgstore keeps Ferry's dedupe records and parked keys in
 // PostgreSQL, with pgx v5: the transactional [Inbox] and the lease-mode
-// [Store] (both [idempotency.Store]s), and the [Lot] (a [parking.Lot]).
+// [Store] (each an [idempotency.Store]), and the [Lot] (a [parking.Lot]).
 //
 //	pool, err := pgxpool.New(ctx, "postgres://app@db/orders")
 //	err = pgstore.MigrateIdempotency(ctx, pool, pgstore.DefaultIdempotencyTable)
