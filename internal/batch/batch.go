@@ -79,8 +79,10 @@ var (
 //
 // Cost: Add and Submit take one short mutex hold, and allocate nothing
 // once the batcher is warm (a Submit whose done is a closure allocates
-// that closure in the caller). The owner goroutine is woken once per run of
-// items that found the queue empty, not per item.
+// that closure in the caller); AddAll allocates a few slices per call. The
+// owner goroutine is woken once per run of items that found the queue
+// empty, not per item. There is no package state: each Batcher has its
+// own lock, goroutines and pools.
 type Batcher[T any] struct {
 	o      Options // normalised by New
 	size   func(T) int
@@ -116,6 +118,20 @@ type entry[T any] struct {
 	at   int64       // nanoseconds since epoch when accepted (MaxDelay > 0 only)
 	done func(error) // Submit's; nil for Add and fire-and-forget
 	w    *waiter     // Add's
+	g    *group      // AddAll's, for its item gi
+	gi   int
+}
+
+// claim marks the entry taken into a batch, and reports false if its Add
+// or AddAll withdrew it first.
+func (e *entry[T]) claim() bool {
+	switch {
+	case e.w != nil:
+		return e.w.state.CompareAndSwap(queued, taken)
+	case e.g != nil:
+		return e.g.state[e.gi].CompareAndSwap(queued, taken)
+	}
+	return true
 }
 
 // waiter carries one Add's result. It is reused through the batcher's
@@ -125,11 +141,35 @@ type waiter struct {
 	state atomic.Int32
 }
 
-// Waiter states.
+// group carries the results of one AddAll.
+type group struct {
+	res   []error        // res[i] is written before state[i] becomes resultIn
+	state []atomic.Int32 // per item: queued, taken, withdrawn, resultIn, abandoned
+	left  atomic.Int64   // items without a result, plus one until all are queued
+	done  chan struct{}  // closed when left reaches 0
+}
+
+// deliver stores item i's result, unless its AddAll gave up on it.
+func (g *group) deliver(i int, err error) {
+	g.res[i] = err
+	if g.state[i].CompareAndSwap(taken, resultIn) {
+		g.settled()
+	}
+}
+
+func (g *group) settled() {
+	if g.left.Add(-1) == 0 {
+		close(g.done)
+	}
+}
+
+// Item states, for Add's waiter and AddAll's group.
 const (
 	queued    int32 = iota // in the queue
 	taken                  // in a batch: do will see it
 	withdrawn              // its Add gave up before it was taken
+	resultIn               // AddAll: the result is in group.res
+	abandoned              // AddAll: gave up after it was taken
 )
 
 // New returns a Batcher that hands batches of items to do, and starts its
@@ -235,6 +275,85 @@ func (b *Batcher[T]) Add(ctx context.Context, item T) error {
 		}
 		return fmt.Errorf("batch: gave up waiting for the result: %w", ctx.Err())
 	}
+}
+
+// AddAll queues items, in order, and waits for all their results, as
+// Add does for one. It returns nil when every item succeeded, otherwise
+// one error per item (nil for each success). Items are accepted one after
+// another, waiting for room in the window as needed; another caller's
+// items may come between them. With MaxHandlers 1 they are handled in
+// the order of items.
+//
+// If ctx ends first, AddAll returns at once: an item not yet given to do
+// (not accepted, or still queued and now withdrawn) gets an error wrapping
+// [ErrNotHandled] and ctx.Err(); an item given to do whose result is not
+// in gets an error wrapping ctx.Err() only (an unknown outcome). Items
+// not accepted because of Close get [ErrClosed].
+//
+// AddAll allocates its bookkeeping once per call, not per item.
+func (b *Batcher[T]) AddAll(ctx context.Context, items []T) []error {
+	if len(items) == 0 {
+		return nil
+	}
+	g := &group{res: make([]error, len(items)), state: make([]atomic.Int32, len(items)), done: make(chan struct{})}
+	g.left.Store(int64(len(items)) + 1)
+	var errs []error
+	for i, it := range items {
+		if err := b.enqueue(ctx, entry[T]{item: it, g: g, gi: i}); err != nil {
+			errs = make([]error, len(items))
+			for j := i; j < len(items); j++ {
+				g.state[j].Store(withdrawn)
+				errs[j] = err
+			}
+			if !errors.Is(err, ErrClosed) {
+				return b.abandon(ctx, g, errs[:i], errs)
+			}
+			g.left.Add(-int64(len(items) - i))
+			break
+		}
+	}
+	g.settled() // every item is queued (or refused)
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+		if errs == nil {
+			errs = make([]error, len(items))
+		}
+		return b.abandon(ctx, g, errs, errs)
+	}
+	for i := range g.res {
+		if g.state[i].Load() == resultIn && g.res[i] != nil {
+			if errs == nil {
+				errs = make([]error, len(items))
+			}
+			errs[i] = g.res[i]
+		}
+	}
+	return errs
+}
+
+// abandon settles the items of g in accepted (a prefix of all) after ctx
+// ended: queued ones are withdrawn, ones in do have an unknown outcome,
+// and ones whose result is in keep it. It returns all, or nil if every
+// entry is nil.
+func (b *Batcher[T]) abandon(ctx context.Context, g *group, accepted, all []error) []error {
+	for i := range accepted {
+		switch {
+		case g.state[i].CompareAndSwap(queued, withdrawn):
+			accepted[i] = fmt.Errorf("%w: %w", ErrNotHandled, ctx.Err())
+		case g.state[i].CompareAndSwap(taken, abandoned):
+			accepted[i] = fmt.Errorf("batch: gave up waiting for the result: %w", ctx.Err())
+		case g.state[i].Load() == resultIn:
+			accepted[i] = g.res[i]
+		}
+		// Otherwise AddAll refused it and its error is set.
+	}
+	for _, err := range all {
+		if err != nil {
+			return all
+		}
+	}
+	return nil
 }
 
 // Submit queues item and returns once it is accepted; done, if not nil, is

@@ -792,14 +792,35 @@ func TestExactlyOnce(t *testing.T) {
 		for g := range callers {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(g), 1))
-				for i := range per {
+				for i := 0; i < per; i++ {
 					n := g*per + i
 					want := func(err error) {
 						if (n%3 == 0) != (err != nil) {
 							t.Errorf("item %d: result %v", n, err)
 						}
 					}
-					switch rng.IntN(3) {
+					switch rng.IntN(4) {
+					case 3:
+						k := min(1+rng.IntN(4), per-i)
+						items := seq(n, n+k)
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(800))*time.Microsecond)
+						errs := b.AddAll(ctx, items)
+						cancel()
+						for j, m := range items {
+							var err error
+							if errs != nil {
+								err = errs[j]
+							}
+							switch {
+							case errors.Is(err, ErrNotHandled):
+								withdrawn[m].Store(true)
+							case errors.Is(err, context.DeadlineExceeded):
+							case (m%3 == 0) != (err != nil):
+								t.Errorf("item %d: result %v", m, err)
+							}
+							results[m].Add(1)
+						}
+						i += k - 1
 					case 0:
 						err := b.Submit(context.Background(), n, func(err error) { results[n].Add(1); want(err) })
 						if err != nil {
@@ -862,4 +883,125 @@ func TestNoLeak(t *testing.T) {
 			})
 		})
 	}
+}
+
+// AddAll returns each item's own error, nil when all succeed, and keeps
+// the order of its items.
+func TestAddAll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		errOdd := errors.New("odd")
+		r := recorder[int]{result: func(n int) error {
+			if n%2 == 1 {
+				return fmt.Errorf("item %d: %w", n, errOdd)
+			}
+			return nil
+		}}
+		b := mustNew(t, Options{MaxItems: 3, MaxDelay: time.Hour}, nil, r.do)
+		defer closeB(t, b)
+		errs := b.AddAll(context.Background(), seq(0, 10))
+		if len(errs) != 10 {
+			t.Fatalf("AddAll returned %d errors for 10 items", len(errs))
+		}
+		for n, err := range errs {
+			if (n%2 == 1) != errors.Is(err, errOdd) || (err != nil && err.Error() != fmt.Sprintf("item %d: odd", n)) {
+				t.Errorf("item %d: %v", n, err)
+			}
+		}
+		want := [][]int{{0, 1, 2}, {3, 4, 5}, {6, 7, 8}, {9}}
+		if got := r.got(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("batches %v, want %v", got, want)
+		}
+		if errs := b.AddAll(context.Background(), []int{0, 2, 4}); errs != nil {
+			t.Fatalf("AddAll of items that all succeed: %v, want nil", errs)
+		}
+		if errs := b.AddAll(context.Background(), nil); errs != nil {
+			t.Fatalf("AddAll of nothing: %v", errs)
+		}
+	})
+}
+
+// AddAll whose ctx ends: items not accepted or still queued are not
+// handled (ErrNotHandled), items in do are an unknown outcome, and the
+// window gets all its room back.
+func TestAddAllCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := recorder[int]{gate: make(chan struct{})}
+		b := mustNew(t, Options{MaxItems: 2, MaxPending: 4}, nil, r.do)
+		defer closeB(t, b)
+		defer r.open()
+		ctx1, cancel1 := context.WithCancel(context.Background())
+		errc1 := make(chan []error, 1)
+		go func() { errc1 <- b.AddAll(ctx1, []int{0, 1}) }()
+		synctest.Wait() // {0, 1} in do
+		ctx2, cancel2 := context.WithCancel(context.Background())
+		errc2 := make(chan []error, 1)
+		go func() { errc2 <- b.AddAll(ctx2, []int{2, 3, 4, 5}) }()
+		synctest.Wait() // 2 and 3 queued, 4 waits for room in the window
+		cancel1()
+		cancel2()
+		for i, err := range <-errc1 {
+			if !errors.Is(err, context.Canceled) || errors.Is(err, ErrNotHandled) {
+				t.Errorf("item %d, in do: %v, want context.Canceled without ErrNotHandled", i, err)
+			}
+		}
+		for i, err := range <-errc2 {
+			if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotHandled) {
+				t.Errorf("item %d, never in do: %v, want context.Canceled and ErrNotHandled", 2+i, err)
+			}
+		}
+		r.open()
+		if errs := b.AddAll(context.Background(), []int{6, 7, 8, 9}); errs != nil {
+			t.Fatalf("AddAll of a full window's worth after the cancellations: %v", errs)
+		}
+		want := [][]int{{0, 1}, {6, 7}, {8, 9}}
+		if got := r.got(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("batches %v, want %v", got, want)
+		}
+	})
+}
+
+func TestAddAllAfterClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r recorder[int]
+		b := mustNew(t, Options{}, nil, r.do)
+		closeB(t, b)
+		errs := b.AddAll(context.Background(), []int{1, 2})
+		if len(errs) != 2 || !errors.Is(errs[0], ErrClosed) || !errors.Is(errs[1], ErrClosed) {
+			t.Fatalf("AddAll after Close: %v, want ErrClosed for each", errs)
+		}
+		if got := r.got(); len(got) != 0 {
+			t.Fatalf("do saw %v after Close", got)
+		}
+	})
+}
+
+// Close refuses the rest of an AddAll that waits for room; if its ctx
+// then ends, the refused items keep ErrClosed.
+func TestAddAllClosedThenCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := recorder[int]{gate: make(chan struct{})}
+		b := mustNew(t, Options{MaxPending: 2}, nil, r.do)
+		defer r.open()
+		submitAll(t, b, 0) // in do
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan []error, 1)
+		go func() { errc <- b.AddAll(ctx, []int{1, 2}) }()
+		synctest.Wait() // 1 queued, 2 waits for room
+		closed := make(chan error, 1)
+		go func() { closed <- b.Close(context.Background()) }()
+		synctest.Wait() // 2 refused; AddAll waits for 1
+		cancel()
+		errs := <-errc
+		if len(errs) != 2 || !errors.Is(errs[0], ErrNotHandled) || !errors.Is(errs[1], ErrClosed) {
+			t.Fatalf("AddAll: %v, want [ErrNotHandled ErrClosed]", errs)
+		}
+		r.open()
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		if got, want := r.got(), [][]int{{0}}; !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("batches %v, want %v", got, want)
+		}
+	})
 }

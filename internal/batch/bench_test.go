@@ -75,3 +75,22 @@ func BenchmarkAdd(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAddAll is one caller publishing batches of 100 items and
+// waiting for them, as PublishBatch does; ns/op is per item.
+func BenchmarkAddAll(b *testing.B) {
+	bt, err := New(Options{MaxItems: 100}, nil, nop)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bt.Close(context.Background())
+	items := make([]int, 100)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if errs := bt.AddAll(ctx, items); errs != nil {
+			b.Fatal(errs)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(items)), "ns/item")
+}

@@ -20,8 +20,11 @@
 //     up to Count IDs, 2 ms) or none (SQS: DeleteMessageBatch of 10).
 //   - Publishes the broker takes in batches (SQS SendMessageBatch, a Redis
 //     pipeline of XADDs): [Batcher.Add] from Publish, which waits for the
-//     message's own result; PublishBatch submits every message and waits
-//     for all. MaxBytes with the broker's request limit.
+//     message's own result, and [Batcher.AddAll] from PublishBatch, which
+//     queues every message in order and waits for all. MaxBytes with the
+//     broker's request limit. When the caller's ctx ends, both say which
+//     messages were never sent ([ErrNotHandled]) and which have an unknown
+//     outcome.
 //   - A pipelined publish: a window of publishes in flight from one
 //     caller, each with its own result. [Batcher.Submit] with a done per
 //     message returns as soon as the message is accepted and blocks only

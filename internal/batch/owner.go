@@ -42,10 +42,13 @@ type buf[T any] struct {
 	start, end uint64
 }
 
-// sink is where one item's result goes.
+// sink is where one item's result goes: Submit's done, Add's waiter or
+// AddAll's group.
 type sink struct {
 	done func(error)
 	w    *waiter
+	g    *group
+	gi   int
 }
 
 // flushReq is one Flush: done closes when every item before upTo has been
@@ -231,11 +234,11 @@ func (b *Batcher[T]) cut() *buf[T] {
 	batch := o.queue[o.head : o.head+o.formN]
 	for i := range batch {
 		e := &batch[i]
-		if e.w != nil && !e.w.state.CompareAndSwap(queued, taken) {
+		if !e.claim() {
 			continue
 		}
 		bf.items = append(bf.items, e.item)
-		bf.sinks = append(bf.sinks, sink{done: e.done, w: e.w})
+		bf.sinks = append(bf.sinks, sink{done: e.done, w: e.w, g: e.g, gi: e.gi})
 	}
 	clear(batch)
 	o.head += o.formN
@@ -262,9 +265,12 @@ func (b *Batcher[T]) handle(bf *buf[T]) {
 		if errs != nil {
 			err = errs[i]
 		}
-		if s.w != nil {
+		switch {
+		case s.w != nil:
 			s.w.c <- err
-		} else if s.done != nil {
+		case s.g != nil:
+			s.g.deliver(s.gi, err)
+		case s.done != nil:
 			s.done(err)
 		}
 	}
