@@ -196,7 +196,7 @@ func cluster(b *testing.B) (addrs []string, stop func()) {
 func openBench(b *testing.B, addrs []string) *kafka.Transport {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	tr, err := kafka.New(ctx, addrs, kafka.SessionTimeout(time.Second), kafka.Heartbeat(100*time.Millisecond))
+	tr, err := kafka.New(ctx, brokerURL(addrs), kafka.SessionTimeout(time.Second), kafka.Heartbeat(100*time.Millisecond))
 	if err != nil {
 		b.Fatalf("kafka.New: %v", err)
 	}

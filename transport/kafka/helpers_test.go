@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,12 @@ import (
 // newCluster starts an in-process kfake cluster for tb and returns its
 // broker addresses. Auto-created topics get partitions partitions.
 func newCluster(tb testing.TB, partitions int, opts ...kfake.Opt) []string {
+	return startCluster(tb, partitions, opts...).ListenAddrs()
+}
+
+// startCluster is newCluster returning the cluster, for tests that control
+// its answers.
+func startCluster(tb testing.TB, partitions int, opts ...kfake.Opt) *kfake.Cluster {
 	tb.Helper()
 	c, err := kfake.NewCluster(append([]kfake.Opt{
 		kfake.NumBrokers(1),
@@ -25,8 +32,11 @@ func newCluster(tb testing.TB, partitions int, opts ...kfake.Opt) []string {
 		tb.Fatalf("kfake: %v", err)
 	}
 	tb.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return c
 }
+
+// brokerURL is the kafka URL of addrs, with no settings.
+func brokerURL(addrs []string) string { return "kafka://" + strings.Join(addrs, ",") }
 
 // fast are the options that keep group changes quick against kfake.
 func fast() []kafka.Option {
@@ -44,7 +54,7 @@ func open(tb testing.TB, addrs []string, opts ...kafka.Option) *kafka.Transport 
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	t, err := kafka.New(ctx, addrs, append(fast(), opts...)...)
+	t, err := kafka.New(ctx, brokerURL(addrs), append(fast(), opts...)...)
 	if err != nil {
 		tb.Fatalf("kafka.New: %v", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/IBM/sarama"
 
@@ -19,9 +18,10 @@ const Scheme = "kafka"
 // revoked (a rebalance moved it to another member, or the revoke timeout
 // passed) before it was settled. Nothing is committed for it: the
 // partition's new owner delivers it again. The Router logs it; there is
-// nothing else to do. After Stream.Close, Ack and Nack return an error
-// wrapping [transport.ErrClosed] instead.
-var ErrRevoked = errors.New("kafka: partition revoked; the message will be redelivered to its new owner")
+// nothing else to do. It wraps [transport.ErrRevoked], so
+// errors.Is(err, transport.ErrRevoked) holds. After Stream.Close, Ack and
+// Nack return an error wrapping [transport.ErrClosed] instead.
+var ErrRevoked = fmt.Errorf("kafka: partition revoked; the message will be redelivered to its new owner: %w", transport.ErrRevoked)
 
 // ErrGroupActive is returned by [Transport.ResetOffsets] when the group
 // still has live members: offsets can only be reset while every consumer of
@@ -29,7 +29,9 @@ var ErrRevoked = errors.New("kafka: partition revoked; the message will be redel
 var ErrGroupActive = errors.New("kafka: group has live members")
 
 // Transport is a connection to a Kafka cluster that publishes and
-// subscribes. It also implements [transport.DeadLetters],
+// subscribes, made by [New] or by opening a kafka URL with
+// [transport.Open]. It also implements [transport.BatchPublisher],
+// [transport.Declarer], [transport.DLQNamer], [transport.DeadLetters],
 // [transport.LagReporter] and offset resets ([Transport.ResetOffsets]).
 // Its methods may be called concurrently.
 type Transport struct {
@@ -45,23 +47,37 @@ type Transport struct {
 }
 
 var (
-	_ transport.Transport   = (*Transport)(nil)
-	_ transport.DeadLetters = (*Transport)(nil)
-	_ transport.LagReporter = (*Transport)(nil)
+	_ transport.Transport      = (*Transport)(nil)
+	_ transport.BatchPublisher = (*Transport)(nil)
+	_ transport.Declarer       = (*Transport)(nil)
+	_ transport.DLQNamer       = (*Transport)(nil)
+	_ transport.DeadLetters    = (*Transport)(nil)
+	_ transport.LagReporter    = (*Transport)(nil)
 )
 
-// New connects to the Kafka cluster reached through brokers ("host:port")
-// and returns a Transport configured by opts. It fetches the cluster's
-// metadata before returning; ctx bounds that wait. Options are checked
-// once here: a bad one returns an error wrapping
-// [transport.ErrInvalidOption].
-func New(ctx context.Context, brokers []string, opts ...Option) (*Transport, error) {
-	cfg := newConfig(opts...)
-	if cfg.err != nil {
-		return nil, cfg.err
-	}
-	if len(brokers) == 0 {
-		return nil, fmt.Errorf("%w: kafka: no broker address", transport.ErrInvalidOption)
+// New connects to the Kafka cluster that rawURL names and returns a
+// Transport configured by the URL and then by opts. rawURL is a kafka URL,
+// "kafka://host:port[,host:port...][?key=value&...]"; its query keys,
+// listed on [URLOpener], map one to one onto Options, and opts apply after
+// them:
+//
+//   - [Group]: the default consumer group (none)
+//   - [StartAt]: where a new group starts ([Latest])
+//   - [Partitioner]: how a Key picks its partition ([Murmur2])
+//   - [PartitionWindow]: messages in flight per partition (MaxInFlight)
+//   - [DeliveryTimeout], [Compression], [Linger], [MaxPayload]: publishing
+//   - [SessionTimeout], [Heartbeat], [CommitInterval], [RevokeTimeout],
+//     [Assignment]: the group
+//   - [TLS], [SASL], [ClientID], [Version]: the connection
+//   - [WithLogger]: where the transport logs (slog.Default())
+//
+// Everything is checked here: a bad URL or option returns an error
+// wrapping [transport.ErrInvalidOption] that names it (never the
+// password). New then fetches the cluster's metadata; ctx bounds that wait.
+func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
+	brokers, cfg, err := parse(rawURL, opts)
+	if err != nil {
+		return nil, err
 	}
 	sc, err := cfg.producerConfig()
 	if err != nil {
@@ -77,6 +93,17 @@ func New(ctx context.Context, brokers []string, opts ...Option) (*Transport, err
 		return nil, err
 	}
 	return &Transport{brokers: brokers, cfg: cfg, client: client, prod: p, streams: map[*stream]struct{}{}}, nil
+}
+
+// admin returns a cluster admin on t.client. NewClusterAdminFromClient
+// shares the client; the admin is never closed, since closing it would
+// close the client.
+func (t *Transport) admin() (sarama.ClusterAdmin, error) {
+	a, err := sarama.NewClusterAdminFromClient(t.client)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: admin: %w", err)
+	}
+	return a, nil
 }
 
 // connect makes a sarama client, abandoning the wait (not the dial) when
@@ -105,99 +132,6 @@ func connect(ctx context.Context, brokers []string, sc *sarama.Config) (sarama.C
 		}()
 		return nil, fmt.Errorf("kafka: connect: %w", ctx.Err())
 	}
-}
-
-// baseConfig is the sarama configuration shared by producers, consumers
-// and admin requests: version, client ID, TLS and SASL.
-func (c *config) baseConfig() *sarama.Config {
-	sc := sarama.NewConfig()
-	sc.Version = c.version
-	sc.ClientID = c.clientID
-	sc.Net.DialTimeout = 10 * time.Second
-	sc.Metadata.Retry.Max = 3
-	sc.Metadata.Retry.Backoff = 100 * time.Millisecond
-	if c.tls != nil {
-		sc.Net.TLS.Enable = true
-		sc.Net.TLS.Config = c.tls
-	}
-	if c.saslMech != saslNone {
-		sc.Net.SASL.Enable = true
-		sc.Net.SASL.Handshake = true
-		sc.Net.SASL.User = c.saslUser
-		sc.Net.SASL.Password = c.saslPass
-		switch c.saslMech {
-		case SASLPlain:
-			sc.Net.SASL.Mechanism = sarama.SASLTypePlaintext
-		case SASLScramSHA256:
-			sc.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA256
-			sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{sha512: false} }
-		case SASLScramSHA512:
-			sc.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA512
-			sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{sha512: true} }
-		}
-	}
-	return sc
-}
-
-// producerConfig is acks=all, idempotent, with retries bounded by the
-// delivery timeout.
-func (c *config) producerConfig() (*sarama.Config, error) {
-	sc := c.baseConfig()
-	sc.Producer.RequiredAcks = sarama.WaitForAll
-	sc.Producer.Idempotent = true
-	sc.Net.MaxOpenRequests = 1 // required by sarama's idempotent producer
-	sc.Producer.Return.Successes = true
-	sc.Producer.Return.Errors = true
-	sc.Producer.Timeout = min(c.deliveryTimeout, 10*time.Second)
-	sc.Producer.Retry.Backoff = 100 * time.Millisecond
-	sc.Producer.Retry.Max = max(3, int(c.deliveryTimeout/(250*time.Millisecond)))
-	// MaxMessageBytes also caps each partition's record batch, which the
-	// broker refuses above its message.max.bytes (1048588 by default): keep
-	// sarama's 1 MiB unless MaxPayload needs room for a larger record.
-	sc.Producer.MaxMessageBytes = max(1<<20, c.maxPayload+32<<10)
-	sc.Producer.Compression = c.compression
-	sc.Producer.Flush.Frequency = c.linger
-	switch c.partitioner {
-	case FNV1a:
-		sc.Producer.Partitioner = sarama.NewHashPartitioner
-	default:
-		sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
-	}
-	if err := sc.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: kafka: %v", transport.ErrInvalidOption, err)
-	}
-	return sc, nil
-}
-
-// consumerConfig is a group member's configuration: manual marking with
-// periodic commits of the marked (contiguous, finished) offsets.
-func (c *config) consumerConfig(start Position, instance string) (*sarama.Config, error) {
-	sc := c.baseConfig()
-	sc.Consumer.Return.Errors = true
-	sc.Consumer.Offsets.AutoCommit.Enable = true // commits what we mark, never more
-	sc.Consumer.Offsets.AutoCommit.Interval = c.commitInterval
-	sc.Consumer.Offsets.Initial = sarama.OffsetNewest
-	if start == Earliest {
-		sc.Consumer.Offsets.Initial = sarama.OffsetOldest
-	}
-	sc.Consumer.Group.Session.Timeout = c.sessionTimeout
-	sc.Consumer.Group.Heartbeat.Interval = c.heartbeat
-	sc.Consumer.MaxWaitTime = 250 * time.Millisecond
-	sc.Consumer.Group.InstanceId = instance
-	switch c.balance {
-	case RoundRobin:
-		sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRoundRobin()}
-	case Sticky:
-		sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategySticky()}
-	case CooperativeSticky:
-		sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
-	default:
-		sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
-	}
-	if err := sc.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: kafka: %v", transport.ErrInvalidOption, err)
-	}
-	return sc, nil
 }
 
 // Close closes every stream the Transport opened (committing what finished

@@ -181,63 +181,6 @@ func produceRaw(t testing.TB, addrs []string, msgs ...*sarama.ProducerMessage) {
 	}
 }
 
-// TestPoison: an undecodable record goes to <topic>.dlq as a permanent
-// failure, never reaches the handler, and neither blocks its partition
-// nor ends the session.
-func TestPoison(t *testing.T) {
-	addrs := newCluster(t, 1)
-	tr := open(t, addrs)
-	createTopic(t, addrs, "orders", 1)
-	var mu sync.Mutex
-	var got []string
-	done := make(chan struct{})
-	runRouter(t, tr, transport.Subscription{Topic: "orders", Group: "g", StartAtOldest: true}, handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		got = append(got, m.ID)
-		if len(got) == 2 {
-			close(done)
-		}
-		return nil
-	}))
-	produceRaw(t, addrs,
-		&sarama.ProducerMessage{Topic: "orders", Key: sarama.StringEncoder("k"), Value: sarama.StringEncoder("ok-1"), Headers: []sarama.RecordHeader{{Key: []byte("ferry-id"), Value: []byte("a")}}},
-		&sarama.ProducerMessage{Topic: "orders", Key: sarama.StringEncoder("k"), Value: sarama.StringEncoder("bad"), Headers: []sarama.RecordHeader{
-			{Key: []byte("ferry-id"), Value: []byte("poison")}, {Key: []byte("h"), Value: []byte("1")}, {Key: []byte("h"), Value: []byte("2")}}},
-		&sarama.ProducerMessage{Topic: "orders", Key: sarama.StringEncoder("k"), Value: sarama.StringEncoder("ok-2"), Headers: []sarama.RecordHeader{{Key: []byte("ferry-id"), Value: []byte("b")}}},
-	)
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the messages around the poison one were not handled")
-	}
-	mu.Lock()
-	if fmt.Sprint(got) != "[a b]" {
-		t.Errorf("handled %v, want [a b]", got)
-	}
-	mu.Unlock()
-	var dl []*handler.Message
-	deadline := time.Now().Add(10 * time.Second)
-	for len(dl) == 0 && time.Now().Before(deadline) {
-		var err error
-		if dl, err = tr.ListDLQ(ctxT(t, 10*time.Second), "orders.dlq", 10); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if len(dl) != 1 {
-		t.Fatalf("DLQ holds %d messages, want 1", len(dl))
-	}
-	m := dl[0]
-	if m.ID != "poison" || m.Key != "k" || string(m.Payload) != "bad" || m.Headers[transport.HeaderErrorClass] != "permanent" ||
-		m.Headers[transport.HeaderOriginalTopic] != "orders" || m.Headers[transport.HeaderOriginalPart] != "0" ||
-		m.Headers[transport.HeaderOriginalOffset] != "1" {
-		t.Errorf("dead letter %+v", m)
-	}
-	// The commit passed the poison record.
-	waitCommitted(t, tr, transport.Subscription{Topic: "orders", Group: "g"}, 0)
-}
-
 // waitCommitted waits until the group has no lag left on topic.
 func waitCommitted(t testing.TB, tr *kafka.Transport, sub transport.Subscription, want int64) {
 	t.Helper()
@@ -569,7 +512,7 @@ func TestSASL(t *testing.T) {
 	}
 	_ = tr.Close(context.Background())
 	ctx := ctxT(t, 5*time.Second)
-	_, err = kafka.New(ctx, addrs, kafka.SASL(kafka.SASLScramSHA512, "carol", "wrong-password-xyz"))
+	_, err = kafka.New(ctx, brokerURL(addrs), kafka.SASL(kafka.SASLScramSHA512, "carol", "wrong-password-xyz"))
 	if err == nil {
 		t.Fatal("a wrong password connected")
 	}
@@ -597,11 +540,11 @@ func TestOptionErrors(t *testing.T) {
 		kafka.Partitioner("crc32"), kafka.Compression("brotli"), kafka.StartAt("middle"), kafka.Assignment("random"),
 		kafka.PartitionWindow(0), kafka.DeliveryTimeout(0), kafka.Version("x"), kafka.SASL("GSSAPI", "u", "p"),
 	} {
-		if _, err := kafka.New(ctx, []string{"127.0.0.1:1"}, o); !errors.Is(err, transport.ErrInvalidOption) {
+		if _, err := kafka.New(ctx, "kafka://127.0.0.1:1", o); !errors.Is(err, transport.ErrInvalidOption) {
 			t.Errorf("bad option: %v, want ErrInvalidOption", err)
 		}
 	}
-	if _, err := kafka.New(ctx, []string{"127.0.0.1:1"}, kafka.Heartbeat(5*time.Second)); !errors.Is(err, transport.ErrInvalidOption) {
+	if _, err := kafka.New(ctx, "kafka://127.0.0.1:1", kafka.Heartbeat(5*time.Second)); !errors.Is(err, transport.ErrInvalidOption) {
 		t.Errorf("heartbeat over a third of the session timeout: %v", err)
 	}
 }
@@ -626,7 +569,7 @@ func TestPublishUnknownOutcome(t *testing.T) {
 	}
 	defer c.Close()
 	ctx := ctxT(t, 10*time.Second)
-	tr, err := kafka.New(ctx, c.ListenAddrs(), kafka.DeliveryTimeout(500*time.Millisecond))
+	tr, err := kafka.New(ctx, brokerURL(c.ListenAddrs()), kafka.DeliveryTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,13 +2,10 @@ package kafka
 
 import (
 	"crypto/tls"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/IBM/sarama"
-
-	"github.com/ferrymq/ferry/transport"
 )
 
 // Defaults of a [Transport] made by [New] or opened by URL.
@@ -88,66 +85,6 @@ const (
 	maxWindow                       = 1 << 20
 	headerWatermillID               = "_watermill_message_uuid"
 )
-
-// config is a Transport's configuration, checked once in newConfig.
-type config struct {
-	clientID        string
-	version         sarama.KafkaVersion
-	group           string
-	partitioner     Partitioning
-	compression     sarama.CompressionCodec
-	linger          time.Duration
-	deliveryTimeout time.Duration
-	maxPayload      int
-	start           Position
-	balance         Balance
-	window          int
-	revokeTimeout   time.Duration
-	sessionTimeout  time.Duration
-	heartbeat       time.Duration
-	commitInterval  time.Duration
-	tls             *tls.Config
-	saslMech        SASLMechanism
-	saslUser        string
-	saslPass        string
-	logger          *slog.Logger
-	err             error
-}
-
-func newConfig(opts ...Option) config {
-	v, _ := sarama.ParseKafkaVersion(defaultKafkaVer)
-	c := config{
-		clientID:        defaultClientID,
-		version:         v,
-		partitioner:     Murmur2,
-		compression:     sarama.CompressionNone,
-		deliveryTimeout: DefaultDeliveryTimeout,
-		maxPayload:      DefaultMaxPayload,
-		start:           Latest,
-		balance:         Range,
-		window:          0, // 0: Subscription.MaxInFlight, else DefaultWindow
-		revokeTimeout:   DefaultRevokeTimeout,
-		sessionTimeout:  DefaultSessionTimeout,
-		heartbeat:       DefaultHeartbeat,
-		commitInterval:  DefaultCommitInterval,
-		logger:          slog.Default(),
-	}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
-		}
-	}
-	if c.err == nil && c.heartbeat*3 > c.sessionTimeout {
-		c.fail("Heartbeat(%s) must be at most a third of SessionTimeout(%s)", c.heartbeat, c.sessionTimeout)
-	}
-	return c
-}
-
-func (c *config) fail(format string, args ...any) {
-	if c.err == nil {
-		c.err = fmt.Errorf("%w: kafka: "+format, append([]any{transport.ErrInvalidOption}, args...)...)
-	}
-}
 
 // ClientID sets the client.id sent to the brokers, overriding "ferry". It
 // appears in broker logs and quotas. URL key "client_id".
@@ -403,8 +340,9 @@ func SASL(m SASLMechanism, user, password string) Option {
 	})
 }
 
-// WithLogger sets the logger for the transport's own events (group errors,
-// poison messages, failed dead-letter writes), overriding slog.Default().
+// WithLogger sets the logger of every line the transport logs (group
+// errors, poison records dead-lettered, revoke timeouts), overriding
+// slog.Default(). nil is an error. It has no URL key.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) {
 		if l == nil {

@@ -100,7 +100,7 @@ func TestPublishBatchUnknownOutcome(t *testing.T) {
 	}
 	defer c.Close()
 	ctx := ctxT(t, 10*time.Second)
-	tr, err := kafka.New(ctx, c.ListenAddrs(), kafka.DeliveryTimeout(500*time.Millisecond))
+	tr, err := kafka.New(ctx, brokerURL(c.ListenAddrs()), kafka.DeliveryTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,17 +7,42 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ferrymq/ferry/transport"
 )
 
-func init() { transport.Register(Scheme, &URLOpener{}) }
+func init() { transport.Register(Scheme, new(URLOpener)) }
 
-// URLOpener opens kafka:// URLs. It is registered for [Scheme] by this
-// package's init, so a blank import is enough:
+// URL query keys, each mapping to one [Option] (the tls keys together make
+// one [TLS] option).
+const (
+	keyGroup           = "group"
+	keyClientID        = "client_id"
+	keyVersion         = "version"
+	keyPartitioner     = "partitioner"
+	keyCompression     = "compression"
+	keyLinger          = "linger"
+	keyDeliveryTimeout = "delivery_timeout"
+	keyMaxPayload      = "max_payload"
+	keyStart           = "start"
+	keyBalance         = "balance"
+	keyWindow          = "window"
+	keyRevokeTimeout   = "revoke_timeout"
+	keySessionTimeout  = "session_timeout"
+	keyHeartbeat       = "heartbeat"
+	keyCommitInterval  = "commit_interval"
+	keySASL            = "sasl"
+	keyTLS             = "tls"
+	keyTLSCA           = "tls_ca"
+	keyTLSCert         = "tls_cert"
+	keyTLSKey          = "tls_key"
+	keyTLSInsecure     = "tls_insecure"
+)
+
+// URLOpener opens kafka:// URLs with [New]. It is registered for [Scheme]
+// by this package's init, so a blank import is enough:
 //
 //	import _ "github.com/ferrymq/ferry/transport/kafka"
 //	t, err := transport.Open(ctx, "kafka://broker1:9092,broker2:9092?group=inventory")
@@ -46,134 +71,127 @@ func init() { transport.Register(Scheme, &URLOpener{}) }
 //	tls_cert, tls_key [TLS]                PEM files of a client certificate (imply tls)
 //	tls_insecure      [TLS]                true skips server certificate checks (tests only)
 //
-// An unknown key is an error that names it. The password never appears in
-// errors.
-type URLOpener struct {
-	// Options are applied before the URL's, which win.
-	Options []Option
+// A key given twice or unknown is an error that names it. The password
+// never appears in errors or logs. The zero value is ready to use.
+type URLOpener struct{}
+
+var _ transport.Opener = (*URLOpener)(nil)
+
+// OpenURL returns New(ctx, u.String()).
+func (*URLOpener) OpenURL(ctx context.Context, u *url.URL) (transport.Transport, error) {
+	return New(ctx, u.String())
 }
 
-var urlKeys = []string{
-	"group", "client_id", "version", "partitioner", "compression", "linger", "delivery_timeout",
-	"max_payload", "start", "balance", "window", "revoke_timeout", "session_timeout", "heartbeat",
-	"commit_interval", "sasl", "tls", "tls_ca", "tls_cert", "tls_key", "tls_insecure",
-}
-
-// OpenURL opens a Transport from u.
-func (o *URLOpener) OpenURL(ctx context.Context, u *url.URL) (transport.Transport, error) {
-	brokers, opts, err := parseURL(u)
-	if err != nil {
-		return nil, err
+// parse reads rawURL's brokers and settings into a config, then applies
+// opts: the one path by which [New] and [URLOpener] configure a
+// Transport. Its errors wrap [transport.ErrInvalidOption] and never show
+// the URL (its user info holds the password).
+func parse(rawURL string, opts []Option) ([]string, config, error) {
+	cfg := defaultConfig()
+	bad := func(format string, args ...any) ([]string, config, error) {
+		return nil, cfg, fmt.Errorf("%w: kafka: "+format, append([]any{transport.ErrInvalidOption}, args...)...)
 	}
-	return New(ctx, brokers, append(append([]Option(nil), o.Options...), opts...)...)
-}
-
-func parseURL(u *url.URL) ([]string, []Option, error) {
-	bad := func(format string, args ...any) ([]string, []Option, error) {
-		return nil, nil, fmt.Errorf("%w: kafka: "+format, append([]any{transport.ErrInvalidOption}, args...)...)
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return bad("cannot parse the URL")
+	}
+	if !strings.EqualFold(u.Scheme, Scheme) {
+		return bad("scheme %q is not %q", u.Scheme, Scheme)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return bad("unexpected path %q: the brokers are the host, kafka://host:port,host:port", u.Path)
 	}
 	var brokers []string
-	for _, b := range strings.Split(u.Host, ",") {
+	for b := range strings.SplitSeq(u.Host, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			brokers = append(brokers, b)
 		}
 	}
 	if len(brokers) == 0 {
-		return bad("URL names no broker")
-	}
-	q := map[string]string{}
-	for k, vs := range u.Query() {
-		if len(vs) != 1 {
-			return bad("query key %q given %d times", k, len(vs))
-		}
-		q[k] = vs[0]
-	}
-	if err := transport.UnknownKeys(Scheme, q, urlKeys...); err != nil {
-		return nil, nil, err
-	}
-	var opts []Option
-	dur := func(k string, f func(time.Duration) Option) error {
-		if v, ok := q[k]; ok {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return fmt.Errorf("%w: kafka: %s=%q is not a duration", transport.ErrInvalidOption, k, v)
-			}
-			opts = append(opts, f(d))
-		}
-		return nil
-	}
-	num := func(k string, f func(int) Option) error {
-		if v, ok := q[k]; ok {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return fmt.Errorf("%w: kafka: %s=%q is not a number", transport.ErrInvalidOption, k, v)
-			}
-			opts = append(opts, f(n))
-		}
-		return nil
-	}
-	for _, err := range []error{
-		dur("linger", Linger), dur("delivery_timeout", DeliveryTimeout), dur("revoke_timeout", RevokeTimeout),
-		dur("session_timeout", SessionTimeout), dur("heartbeat", Heartbeat), dur("commit_interval", CommitInterval),
-		num("max_payload", MaxPayload), num("window", PartitionWindow),
-	} {
-		if err != nil {
-			return nil, nil, err
-		}
-	}
-	if v, ok := q["group"]; ok {
-		opts = append(opts, Group(v))
-	}
-	if v, ok := q["client_id"]; ok {
-		opts = append(opts, ClientID(v))
-	}
-	if v, ok := q["version"]; ok {
-		opts = append(opts, Version(v))
-	}
-	if v, ok := q["partitioner"]; ok {
-		opts = append(opts, Partitioner(Partitioning(v)))
-	}
-	if v, ok := q["compression"]; ok {
-		opts = append(opts, Compression(v))
-	}
-	if v, ok := q["start"]; ok {
-		opts = append(opts, StartAt(Position(v)))
-	}
-	if v, ok := q["balance"]; ok {
-		opts = append(opts, Assignment(Balance(v)))
+		return bad("the URL names no broker: want kafka://host:port[,host:port...]")
 	}
 
-	// SASL from the user info.
-	mech := SASLMechanism(strings.ToUpper(q["sasl"]))
+	q := transport.ParseQuery(Scheme, u.RawQuery)
+	str := func(key string, o func(string) Option) {
+		if v, ok := q.String(key); ok {
+			o(v).apply(&cfg)
+		}
+	}
+	str(keyGroup, Group)
+	str(keyClientID, ClientID)
+	str(keyVersion, Version)
+	str(keyPartitioner, func(v string) Option { return Partitioner(Partitioning(v)) })
+	str(keyCompression, Compression)
+	str(keyStart, func(v string) Option { return StartAt(Position(v)) })
+	str(keyBalance, func(v string) Option { return Assignment(Balance(v)) })
+	for _, k := range []struct {
+		key string
+		o   func(int) Option
+	}{{keyMaxPayload, MaxPayload}, {keyWindow, PartitionWindow}} {
+		if n, ok := q.Int(k.key); ok {
+			k.o(n).apply(&cfg)
+		}
+	}
+	for _, k := range []struct {
+		key string
+		o   func(time.Duration) Option
+	}{
+		{keyLinger, Linger}, {keyDeliveryTimeout, DeliveryTimeout}, {keyRevokeTimeout, RevokeTimeout},
+		{keySessionTimeout, SessionTimeout}, {keyHeartbeat, Heartbeat}, {keyCommitInterval, CommitInterval},
+	} {
+		if d, ok := q.Duration(k.key); ok {
+			k.o(d).apply(&cfg)
+		}
+	}
+
+	// SASL from the user info and the mechanism's key.
+	mech, hasMech := q.String(keySASL)
 	if u.User != nil {
 		pass, _ := u.User.Password()
-		if mech == saslNone {
-			mech = SASLPlain
+		m := SASLPlain
+		if hasMech {
+			m = SASLMechanism(strings.ToUpper(mech))
 		}
-		opts = append(opts, SASL(mech, u.User.Username(), pass))
-	} else if mech != saslNone {
-		return bad("sasl=%s needs a user and password in the URL", q["sasl"])
+		SASL(m, u.User.Username(), pass).apply(&cfg)
+	} else if hasMech {
+		q.Fail(keySASL, "needs a user and password in the URL")
 	}
 
-	// TLS.
-	useTLS := false
-	if v, ok := q["tls"]; ok {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return bad("tls=%q is not a boolean", v)
-		}
-		useTLS = b
+	tc, err := tlsFromQuery(q)
+	if err != nil {
+		return nil, cfg, err
 	}
+	if tc != nil {
+		TLS(tc).apply(&cfg)
+	}
+	if err := q.Err(); err != nil {
+		return nil, cfg, err
+	}
+	for _, o := range opts {
+		if o == nil {
+			return bad("nil Option")
+		}
+		o.apply(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, cfg, err
+	}
+	return brokers, cfg, nil
+}
+
+// tlsFromQuery builds the TLS configuration the tls keys ask for, or nil
+// if they ask for none.
+func tlsFromQuery(q *transport.Query) (*tls.Config, error) {
+	bad := func(format string, args ...any) (*tls.Config, error) {
+		return nil, fmt.Errorf("%w: kafka: "+format, append([]any{transport.ErrInvalidOption}, args...)...)
+	}
+	useTLS, _ := q.Bool(keyTLS)
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if v, ok := q["tls_insecure"]; ok {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return bad("tls_insecure=%q is not a boolean", v)
-		}
-		tc.InsecureSkipVerify = b //nolint:gosec // opt-in, documented as for tests only
-		useTLS = useTLS || b
+	if insecure, ok := q.Bool(keyTLSInsecure); ok {
+		tc.InsecureSkipVerify = insecure //nolint:gosec // opt-in, documented as for tests only
+		useTLS = useTLS || insecure
 	}
-	if path, ok := q["tls_ca"]; ok {
+	if path, ok := q.String(keyTLSCA); ok {
 		pem, err := os.ReadFile(path)
 		if err != nil {
 			return bad("tls_ca: %v", err)
@@ -185,8 +203,8 @@ func parseURL(u *url.URL) ([]string, []Option, error) {
 		tc.RootCAs = pool
 		useTLS = true
 	}
-	cert, hasCert := q["tls_cert"]
-	key, hasKey := q["tls_key"]
+	cert, hasCert := q.String(keyTLSCert)
+	key, hasKey := q.String(keyTLSKey)
 	if hasCert != hasKey {
 		return bad("tls_cert and tls_key go together")
 	}
@@ -198,8 +216,8 @@ func parseURL(u *url.URL) ([]string, []Option, error) {
 		tc.Certificates = []tls.Certificate{pair}
 		useTLS = true
 	}
-	if useTLS {
-		opts = append(opts, TLS(tc))
+	if !useTLS {
+		return nil, nil
 	}
-	return brokers, opts, nil
+	return tc, nil
 }

@@ -1,0 +1,121 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/ferrymq/ferry/transport"
+)
+
+// Lag returns, for each partition of sub.Topic, how far sub's group is
+// behind: the log-end offset minus the committed offset, and the age of
+// the oldest unconsumed message (from its record timestamp). A partition
+// the group never committed counts from its oldest retained message when
+// the group starts at [Earliest], and as no lag when it starts at
+// [Latest]. It reads one record per lagging partition.
+func (t *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]transport.Lag, error) {
+	m, err := t.resolve(sub)
+	if err != nil {
+		return nil, err
+	}
+	group, start := m.group, m.start
+	if err := t.client.RefreshMetadata(sub.Topic); err != nil {
+		return nil, fmt.Errorf("kafka: lag %s: %w", sub.Topic, err)
+	}
+	parts, err := t.client.Partitions(sub.Topic)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: lag %s: %w", sub.Topic, err)
+	}
+	committed, err := t.committed(group, sub.Topic, parts)
+	if err != nil {
+		return nil, err
+	}
+	c, err := sarama.NewConsumerFromClient(t.client)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: lag %s: %w", sub.Topic, err)
+	}
+	defer func() { _ = c.Close() }()
+	out := make([]transport.Lag, 0, len(parts))
+	for _, p := range parts {
+		end, err := t.client.GetOffset(sub.Topic, p, sarama.OffsetNewest)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: lag %s/%d: %w", sub.Topic, p, err)
+		}
+		oldest, err := t.client.GetOffset(sub.Topic, p, sarama.OffsetOldest)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: lag %s/%d: %w", sub.Topic, p, err)
+		}
+		from := committed[p]
+		switch {
+		case from < 0 && start == Earliest:
+			from = oldest
+		case from < 0:
+			from = end
+		case from < oldest:
+			from = oldest // fell out of retention
+		}
+		l := transport.Lag{Partition: strconv.Itoa(int(p)), Messages: max(end-from, 0)}
+		if l.Messages > 0 {
+			ts, err := firstTimestamp(ctx, c, sub.Topic, p, from)
+			if err != nil {
+				return nil, fmt.Errorf("kafka: lag %s/%d: %w", sub.Topic, p, err)
+			}
+			if !ts.IsZero() {
+				l.OldestAge = max(time.Since(ts), 0)
+			}
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// committed returns group's committed offset per partition, -1 where none.
+func (t *Transport) committed(group, topic string, parts []int32) (map[int32]int64, error) {
+	a, err := t.admin()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int32]int64, len(parts))
+	resp, err := a.ListConsumerGroupOffsets(group, map[string][]int32{topic: parts})
+	if errors.Is(err, sarama.ErrGroupIDNotFound) {
+		for _, p := range parts {
+			out[p] = -1 // a group that never committed
+		}
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka: offsets of group %s: %w", group, err)
+	}
+	for _, p := range parts {
+		out[p] = -1
+		if b := resp.GetBlock(topic, p); b != nil && b.Err == sarama.ErrNoError {
+			out[p] = b.Offset
+		}
+	}
+	return out, nil
+}
+
+func firstTimestamp(ctx context.Context, c sarama.Consumer, topic string, p int32, offset int64) (time.Time, error) {
+	pc, err := c.ConsumePartition(topic, p, offset)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer func() { _ = pc.Close() }()
+	timer := time.NewTimer(5 * time.Second)
+	defer timer.Stop()
+	select {
+	case cm := <-pc.Messages():
+		return cm.Timestamp, nil
+	case err := <-pc.Errors():
+		return time.Time{}, err
+	case <-timer.C:
+		return time.Time{}, nil
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
