@@ -198,13 +198,9 @@ func (t *Transport) readDLQ(ctx context.Context, dlq string) ([]*handler.Message
 	var all []*handler.Message
 	replayed := map[string]bool{}
 	for _, p := range parts {
-		oldest, err := t.client.GetOffset(dlq, p, sarama.OffsetOldest)
+		oldest, end, err := t.bounds("read", dlq, p)
 		if err != nil {
-			return nil, fmt.Errorf("kafka: read %s/%d: %w", dlq, p, err)
-		}
-		end, err := t.client.GetOffset(dlq, p, sarama.OffsetNewest)
-		if err != nil {
-			return nil, fmt.Errorf("kafka: read %s/%d: %w", dlq, p, err)
+			return nil, err
 		}
 		if end <= oldest {
 			continue

@@ -42,13 +42,9 @@ func (t *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]tran
 	defer func() { _ = c.Close() }()
 	out := make([]transport.Lag, 0, len(parts))
 	for _, p := range parts {
-		end, err := t.client.GetOffset(sub.Topic, p, sarama.OffsetNewest)
+		oldest, end, err := t.bounds("lag", sub.Topic, p)
 		if err != nil {
-			return nil, fmt.Errorf("kafka: lag %s/%d: %w", sub.Topic, p, err)
-		}
-		oldest, err := t.client.GetOffset(sub.Topic, p, sarama.OffsetOldest)
-		if err != nil {
-			return nil, fmt.Errorf("kafka: lag %s/%d: %w", sub.Topic, p, err)
+			return nil, err
 		}
 		from := committed[p]
 		switch {
@@ -72,6 +68,18 @@ func (t *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]tran
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// bounds returns the oldest retained offset of topic's partition p and its
+// log end, for the operation op, which names the errors.
+func (t *Transport) bounds(op, topic string, p int32) (oldest, end int64, err error) {
+	if oldest, err = t.client.GetOffset(topic, p, sarama.OffsetOldest); err == nil {
+		end, err = t.client.GetOffset(topic, p, sarama.OffsetNewest)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("kafka: %s %s/%d: %w", op, topic, p, err)
+	}
+	return oldest, end, nil
 }
 
 // committed returns group's committed offset per partition, -1 where none.

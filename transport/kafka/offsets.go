@@ -89,13 +89,9 @@ func (t *Transport) ResetOffsets(ctx context.Context, r Reset) ([]OffsetChange, 
 	}
 	changes := make([]OffsetChange, 0, len(parts))
 	for _, p := range parts {
-		oldest, err := t.client.GetOffset(r.Topic, p, sarama.OffsetOldest)
+		oldest, end, err := t.bounds("reset", r.Topic, p)
 		if err != nil {
-			return nil, fmt.Errorf("kafka: reset %s/%d: %w", r.Topic, p, err)
-		}
-		end, err := t.client.GetOffset(r.Topic, p, sarama.OffsetNewest)
-		if err != nil {
-			return nil, fmt.Errorf("kafka: reset %s/%d: %w", r.Topic, p, err)
+			return nil, err
 		}
 		from := committed[p]
 		var to int64
