@@ -14,15 +14,18 @@
 //	kafka://host:port[,host:port...][?key=value&...]
 //	kafka://user:password@host:port?sasl=scram-sha-512&tls=true
 //
-// The host is a comma-separated broker list. Every query key maps to one
-// [Option]; [URLOpener] lists them with their defaults. The ones most
+// [New] takes the URL and typed Options, which apply after the URL's;
+// [transport.Open] takes the URL alone (through [URLOpener], which calls
+// New). The host is a comma-separated broker list. Every query key maps to
+// one [Option]; [URLOpener] lists them with their defaults. The ones most
 // used: group (the default consumer group; none by default), start
 // (earliest or latest, default latest), partitioner (murmur2, default, or
 // fnv1a), balance (range, default, roundrobin, sticky,
 // cooperative-sticky), window (records per partition past the committed
 // offset, default the Router's MaxInFlight), delivery_timeout (30s),
-// compression, linger, sasl and tls. An unknown key is an error naming it;
-// the password never appears in errors or logs.
+// compression, linger, sasl and tls. A key given twice or unknown is an
+// error naming it; the password never appears in errors or logs. Every
+// setting is checked by New: nothing is reported later.
 //
 // # Delivery semantics
 //
@@ -78,10 +81,27 @@
 // returns nil; Publish after Close returns transport.ErrClosed.
 //
 // A record that cannot be decoded (a header name that is not UTF-8, a
-// header repeated with different values) never reaches a handler: it is
-// written to the dead-letter topic "<topic>.dlq" with the error class
-// "permanent" and its offset counts as finished. Other partitions and
-// messages keep flowing.
+// header repeated with different values) never reaches a handler: Receive
+// writes it to the group's DLQ ([Transport.DLQName], "<group>.dlq"), built
+// with [transport.NewDeadLetter] (class "permanent", 0 attempts), and its
+// offset then counts as finished. Other partitions and messages keep
+// flowing. If that write fails, Receive returns the error and keeps the
+// record first in line, unfinished, so the commit holds at it; the next
+// Receive writes it. The transport never retries a broker call in a loop
+// of its own: a failed group session is returned by Receive in the same
+// way, and the next Receive joins the group again, so that the caller
+// (the Router's receive backoff) spaces the attempts.
+//
+// Revocation errors wrap [transport.ErrRevoked]: errors.Is(err,
+// transport.ErrRevoked) holds for [ErrRevoked].
+//
+// Coalescing: acks become one committed offset per partition (the end of
+// the finished prefix), handed to sarama a quarter commit interval at a
+// time and committed once per [CommitInterval] for every partition;
+// concurrent Publish calls share sarama's produce requests. Neither goes
+// through a generic batcher: a commit is a watermark, not a batch of
+// items, and sarama's AsyncProducer already is the publish batcher. A
+// crash inside the window redelivers, never loses.
 //
 // # Wire format
 //
@@ -92,15 +112,17 @@
 // and in watermill-kafka's "_watermill_message_uuid" header; on receipt the
 // ferry-id header wins, and a record with only the watermill header (from
 // a watermill-kafka publisher) takes its ID from it. Message.Headers are
-// record headers, one per entry. Payload is the record value. Dead letters
-// carry the original key and headers plus the [transport] dead-letter
-// headers (original topic, partition and offset among them).
+// record headers, one per entry; Publish refuses a header named ferry-id
+// or _watermill_message_uuid, or whose name is not UTF-8, since a consumer
+// could not return it as it was sent. Payload is the record value. Dead
+// letters carry the original key and headers plus the [transport]
+// dead-letter headers (original topic, partition and offset among them).
 //
 // # Not supported
 //
 // Extend (a partition is owned by its member, not leased per message)
-// and a native DLQ: dead letters go to the built topic "<topic>.dlq"
-// ([DLQTopic]), which [Transport.ListDLQ] lists and [Transport.ReplayDLQ]
-// replays. Transactions (exactly-once produce and consume) are not used.
-// Attempts do not survive a rebalance or a restart.
+// and a native DLQ: dead letters go to the built topic of the group,
+// "<group>.dlq" ([Transport.DLQName]), which [Transport.ListDLQ] lists and
+// [Transport.ReplayDLQ] replays. Transactions (exactly-once produce and
+// consume) are not used. Attempts do not survive a rebalance or a restart.
 package kafka

@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
-	_ "github.com/ferrymq/ferry/transport/kafka" // registers kafka://
+	"github.com/ferrymq/ferry/transport/kafka" // registers kafka://
 )
 
 // Open the transport by URL and handle OrderPlaced events, per key in
@@ -33,4 +34,22 @@ func Example_openFromURL() {
 		log.Fatal(err)
 	}
 	log.Fatal(r.Run(ctx))
+}
+
+// Construct the transport with New: the URL's settings first, then typed
+// options, which win. Every setting is checked here.
+func ExampleNew() {
+	ctx := context.Background()
+	t, err := kafka.New(ctx, "kafka://broker1:9092,broker2:9092?group=inventory",
+		kafka.StartAt(kafka.Earliest), kafka.CommitInterval(500*time.Millisecond))
+	if err != nil {
+		log.Fatal(err) // wraps transport.ErrInvalidOption for a bad URL or option
+	}
+	defer t.Close(ctx)
+	err = t.Publish(ctx, &handler.Message{ID: "evt-order-0042", Key: "order-0042", Topic: "orders",
+		Payload: []byte(`{"order_id":"order-0042","total":129.5}`)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("OrderPlaced order-0042 confirmed by every in-sync replica")
 }
