@@ -200,6 +200,9 @@ func (p *producer) check(m *handler.Message) error {
 	if len(m.Payload) > p.cfg.maxPayload {
 		return fmt.Errorf("kafka: publish %s: %w: %d bytes, limit %d", m.Topic, transport.ErrTooLarge, len(m.Payload), p.cfg.maxPayload)
 	}
+	if len(m.Headers) == 0 {
+		return nil // the common case: no iterator on the hot path
+	}
 	for k := range m.Headers {
 		if k == transport.HeaderID || k == headerWatermillID {
 			return fmt.Errorf("%w: kafka: publish %s: header %q is where Message.ID travels; set ID instead", transport.ErrInvalidOption, m.Topic, k)

@@ -213,3 +213,28 @@ func TestWindowBackpressure(t *testing.T) {
 		take(d)
 	}
 }
+
+// TestPublishRefuses: Publish refuses, before sending anything, a message
+// its consumer would not return as it was sent: a header named like the
+// ID's headers, or whose name is not UTF-8 (the record would be poison).
+func TestPublishRefuses(t *testing.T) {
+	addrs := newCluster(t, 1)
+	createTopic(t, addrs, "refuse", 1)
+	tr := open(t, addrs)
+	ctx := ctxT(t, 10*time.Second)
+	for _, h := range []string{"ferry-id", "_watermill_message_uuid", "bad\xffname"} {
+		m := &handler.Message{ID: "id-1", Topic: "refuse", Headers: map[string]string{h: "v"}}
+		if err := tr.Publish(ctx, m); !errors.Is(err, transport.ErrInvalidOption) {
+			t.Errorf("Publish with header %q: %v, want ErrInvalidOption", h, err)
+		}
+		if err := tr.PublishBatch(ctx, []*handler.Message{m}); !errors.Is(err, transport.ErrInvalidOption) {
+			t.Errorf("PublishBatch with header %q: %v, want ErrInvalidOption", h, err)
+		}
+	}
+	publishAll(t, tr, []*handler.Message{{ID: "ok", Topic: "refuse", Headers: map[string]string{"ferry-key": "kept", "é": "ü"}}})
+	st := subscribe(t, tr, transport.Subscription{Topic: "refuse", Group: "g", StartAtOldest: true})
+	if m := receive(t, st, 1)[0]; m.ID != "ok" || m.Headers["ferry-key"] != "kept" || m.Headers["é"] != "ü" || len(m.Headers) != 2 {
+		t.Errorf("first message %s %v; want only the good one, its headers intact", m.ID, m.Headers)
+	}
+	waitCommitted(t, tr, transport.Subscription{Topic: "refuse", Group: "g", StartAtOldest: true}, 0)
+}
