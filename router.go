@@ -49,11 +49,79 @@ func (e *AbandonedError) Is(target error) bool { return target == ErrAbandoned }
 
 // Router runs subscriptions through handlers. It owns concurrency, per-key
 // order and the ack decision: a delivery is acked when its handler chain
-// returns nil and nacked (with the [handler.RetryAfter] delay, if any) when it
-// returns an error. A panic in a handler is recovered and becomes an error
-// for that message.
+// returns nil, and tried again later when it returns an error (see
+// Failures). A panic in a handler is recovered and becomes an error for that
+// message.
 //
-// Add every subscription, then call Run. A Router runs once.
+// Add every subscription, then call Run. A Router runs once. Its methods may
+// be called from any goroutine.
+//
+// # Failures
+//
+// A Router never drops a message and never retries one in a tight loop, even
+// with no middleware at all. When the chain returns an error, the message is
+// tried again after a delay: the [handler.RetryAfter] delay carried by the
+// error, if it is positive; otherwise a capped exponential backoff with
+// jitter ([Backoff]): between 50ms and 100ms after the first failed attempt,
+// doubling with each failure up to between 15s and 30s. A permanent error
+// ([handler.ErrPermanent]) waits the cap at once: a bare Router has nowhere
+// to dead-letter it, so it keeps it and says so.
+//
+// The attempt number behind the backoff is the message's Facts.Attempt where
+// the stream counts deliveries (Semantics.Attempts), so it survives a
+// restart. Elsewhere the Router also counts a message's failed attempts
+// itself, by message ID, so that a broker that does not count (RabbitMQ
+// classic queues flag only "redelivered") still gets a growing delay; that
+// count restarts with the process, and is forgotten after four times the
+// cap with no failure.
+//
+// How the delay is applied follows the stream's [transport.Semantics]:
+//
+//   - NackDelay true (memory, Kafka, SQS, RabbitMQ, Redis): Nack with the
+//     delay. The broker keeps the message and redelivers it after the
+//     delay.
+//   - NackDelay false, redelivery on Nack (a broker that redelivers at
+//     once): the Router holds the message in process for the delay, then
+//     Nacks it. Its key stays busy meanwhile (its later messages wait,
+//     other keys flow), and the wait occupies one of the subscription's
+//     [Concurrency] workers. At shutdown a held message is nacked at once.
+//   - No Nack (MQTT): the Router re-runs the message in process after the
+//     delay, its key held, and settles nothing until it succeeds or the
+//     shutdown abandons it.
+//
+// So with the defaults a message that always fails is tried at most 5 times
+// in its first second and 12 times in its first minute, then once every 15
+// to 30 seconds (at most 4 per minute), until the handler is fixed or an
+// operator steps in; where the broker has a delivery limit (SQS redrive,
+// RabbitMQ x-delivery-limit) the broker dead-letters it.
+//
+// Every failed attempt is logged once through the Router's logger
+// ([WithLogger]): at Warn, or Error for a permanent error, with the
+// subscription, group, topic, message id, key, attempt, error class
+// ([handler.Class]), error, delay and how the retry happens ("broker",
+// "hold" or "in-process"). Payloads and header values are never logged.
+//
+// This is a floor, not the policy to run in production. Retry and
+// dead-letter middleware (middleware.Recommended) retry quickly in process,
+// then dead-letter or park the message and return nil: the Router then acks
+// at once, adding no delay and no log line. The Router's backoff applies
+// only to an error the chain returns.
+//
+// # Stuck calls
+//
+// A handler call that runs longer than [StuckAfter] (2 minutes by default)
+// is reported: a Warn log line "ferry: handler call stuck" with the
+// subscription, message id, key and how long it has run, repeated every
+// StuckAfter while it runs, an Info line when it returns, and a count in
+// [Router.Stats]. The Router cannot stop such a call: the key's later
+// messages wait behind it (other keys flow) until it returns or the process
+// exits, and the broker then redelivers it. A stuck call is a handler that
+// ignores its context's deadline, or one without a deadline (use
+// middleware.Timeout). What an operator does: take a goroutine dump
+// (SIGQUIT, or net/http/pprof's goroutine profile) to see where the handler
+// blocks, fix the dependency or the handler, and, to unblock the key now,
+// restart the process: the message is redelivered, so the handler must be
+// idempotent (dedupe middleware).
 type Router struct {
 	cfg routerConfig
 
@@ -75,7 +143,11 @@ const (
 
 // NewRouter returns a Router configured by opts.
 func NewRouter(opts ...Option) (*Router, error) {
-	cfg := routerConfig{logger: slog.Default(), drainTimeout: 30 * time.Second}
+	cfg := routerConfig{logger: slog.Default(), drainTimeout: 30 * time.Second, policy: policy{
+		backoffInitial: DefaultBackoffInitial,
+		backoffMax:     DefaultBackoffMax,
+		stuckAfter:     DefaultStuckAfter,
+	}}
 	for _, o := range opts {
 		o.applyRouter(&cfg)
 	}
@@ -96,7 +168,7 @@ func NewRouter(opts ...Option) (*Router, error) {
 // sub.Group defaults to name, so that two Routers running the same
 // subscription share its work. Add must be called before Run.
 func (r *Router) Add(name string, s transport.Subscriber, sub transport.Subscription, h handler.Handler, opts ...SubscriptionOption) error {
-	cfg := subConfig{concurrency: 16}
+	cfg := subConfig{concurrency: 16, policy: r.cfg.policy}
 	for _, o := range opts {
 		o.applySubscription(&cfg)
 	}
@@ -229,6 +301,7 @@ func (r *Router) drain(ctx context.Context, subs []*subscription, cancelHandlers
 		if err := s.stream.Close(closeCtx); err != nil && !errors.Is(err, transport.ErrClosed) {
 			errs = append(errs, fmt.Errorf("ferry: close %q: %w", s.name, err))
 		}
+		close(s.done) // ends the stuck watch
 	}
 	if abandoned != nil {
 		r.cfg.logger.Warn("ferry: shutdown abandoned messages", "count", abandoned.Count)

@@ -59,7 +59,8 @@ type subscription struct {
 	shards   [shardCount]keyShard
 
 	// intake is the turn at the stream. The fields below it are guarded
-	// by it.
+	// by it, but for intakeCtx, set before the workers start and read-only
+	// after.
 	intake    sync.Mutex
 	intakeCtx context.Context
 	stopped   bool          // intake ended: the workers finish their chains and return
@@ -68,6 +69,24 @@ type subscription struct {
 	workers   []worker
 	wg        sync.WaitGroup
 	abandoned atomic.Bool
+	gone      handler.Message // the sentinel abandon swaps into worker.cur
+
+	// The failure policy (failure.go). inProcess is set at open where the
+	// stream cannot redeliver on Nack; nackUnsupported once a Nack said so
+	// anyway. fails counts failed attempts by message ID where the stream
+	// does not count deliveries.
+	inProcess       bool
+	nackUnsupported atomic.Bool
+	fails           failCounts
+	failures        atomic.Uint64
+
+	// The stuck watch (stuck.go): one observation per worker, guarded by
+	// stuckMu; started is set once the workers exist; done ends the watch
+	// when Run returns.
+	stuckMu sync.Mutex
+	obs     []observation
+	started atomic.Bool
+	done    chan struct{}
 
 	// Inline handling at the intake (see the type's doc). handleNanos is
 	// the moving average of process's duration. inlineSince is the start
@@ -111,11 +130,19 @@ type worker struct {
 	// handler context carrying the stream's Semantics. Each worker has its
 	// own so that contexts derived per message (timeouts, retries) register
 	// with an uncontended parent rather than one shared by every worker.
-	ctx     context.Context
-	cancel  context.CancelFunc
-	cur     atomic.Pointer[handler.Message] // the message being handled, for abandonment reports
-	handled uint64                          // calls so far; only the worker touches it
-	_       [24]byte
+	ctx    context.Context
+	cancel context.CancelFunc
+	// cur is the message of the delivery the worker processes, from its
+	// first call until it is settled (nil after), or &subscription.gone
+	// once the shutdown abandoned it; see process.
+	cur     atomic.Pointer[handler.Message]
+	handled uint64 // calls so far; only the worker touches it
+	// watched is set by the stuck watch when it sees cur's call running,
+	// and cleared by the worker when a call starts (see stuck.go); waiting
+	// is set while the worker holds cur for a retry delay instead.
+	watched atomic.Bool
+	waiting atomic.Bool
+	_       [16]byte
 }
 
 func (s *subscription) open(ctx context.Context) error {
@@ -136,6 +163,7 @@ func (s *subscription) open(ctx context.Context) error {
 	case orderDefault:
 		s.perKey = s.semantics.Ordering.Keeps()
 	}
+	s.inProcess = s.semantics.Redelivery != transport.RedeliverOnNack
 	return nil
 }
 
@@ -157,13 +185,17 @@ func (s *subscription) start(intakeCtx, handlerCtx context.Context) {
 	s.watchWake = make(chan struct{}, 1)
 	s.quit = make(chan struct{})
 	s.workers = make([]worker, s.cfg.concurrency)
+	s.obs = make([]observation, s.cfg.concurrency)
+	s.done = make(chan struct{})
 	s.wg.Add(len(s.workers))
 	for i := range s.workers {
 		w := &s.workers[i]
 		w.ctx, w.cancel = context.WithCancel(s.handlerCtx)
 		go s.work(w)
 	}
+	s.started.Store(true)
 	go s.watch()
+	go s.watchStuck()
 	go func() {
 		s.wg.Wait()
 		close(s.quit)
@@ -382,62 +414,48 @@ func (s *subscription) observe(nanos int64) {
 	s.handleNanos.Store(avg + (nanos-avg)/8)
 }
 
-// process runs the handler chain for d and settles it, unless the shutdown
-// abandoned it meanwhile: an abandoned delivery is left unsettled for the
-// stream's Close to release.
+// process runs the handler chain for d and settles it: Ack when the chain
+// returns nil; on an error, the Router's failure policy (failure.go). A
+// delivery the shutdown abandoned is left unsettled for the stream's Close
+// to release.
 //
-// Where the broker cannot redeliver on request (Nack returns
-// errors.ErrUnsupported: MQTT), the Router re-runs the message itself after
-// the RetryAfter delay, or a backoff of its own, with the attempt count
-// advanced. The key stays busy meanwhile, so order holds, and nothing is
-// settled until the handler succeeds or the shutdown abandons it.
+// w.cur holds m from here until the delivery is settled or left: the
+// shutdown's abandon claims it (swapping in s.gone), and the worker claims
+// it (swapping in nil) before it settles, so exactly one of them wins and
+// an abandoned delivery is never settled, however late its call returns.
 func (s *subscription) process(w *worker, d transport.Delivery) {
 	m := d.Message()
 	f := m.Facts()
 	f.Subscription = s.name
 	f.Group = s.spec.Group
 	m.SetFacts(f)
-	backoff := time.Duration(0)
+	w.cur.Store(m)
 	for {
 		if s.abandoned.Load() {
 			return
 		}
-		w.cur.Store(m)
-		err := s.call(w.ctx, m)
-		w.cur.Store(nil)
-		if s.abandoned.Load() {
-			return
+		if w.watched.Load() {
+			w.watched.Store(false) // a new call: the stuck watch starts over
 		}
+		err := s.call(w.ctx, m)
 		if err == nil {
+			if !w.cur.CompareAndSwap(m, nil) {
+				s.leftAfterAbandon(m, nil)
+				return
+			}
 			if aerr := d.Ack(w.ctx); aerr != nil {
 				s.log.Warn("ferry: ack failed; the message will be redelivered", "id", m.ID, "err", aerr)
 			}
 			break
 		}
-		delay, _ := handler.RetryDelay(err)
-		nerr := d.Nack(w.ctx, delay)
-		if nerr == nil {
+		o := s.failed(w, d, m, err)
+		if o == left {
+			return
+		}
+		if o == settled {
 			break
 		}
-		if !errors.Is(nerr, errors.ErrUnsupported) {
-			s.log.Warn("ferry: nack failed", "id", m.ID, "err", nerr, "cause", err)
-			break
-		}
-		if delay == 0 {
-			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
-			delay = backoff
-		}
-		s.log.Debug("ferry: transport cannot nack; retrying in process", "id", m.ID, "delay", delay, "cause", err)
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-w.ctx.Done():
-			t.Stop()
-			return // shutdown deadline: left unsettled, redelivered on reconnect
-		}
-		f := m.Facts()
-		f.Attempt++
-		m.SetFacts(f)
+		// retried: call again, in process
 	}
 	s.release()
 }
@@ -472,8 +490,7 @@ func (s *subscription) release() {
 func (s *subscription) call(ctx context.Context, m *handler.Message) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = &handler.PanicError{Value: v, Stack: debug.Stack()}
-			s.log.Error("ferry: handler panicked", "id", m.ID, "panic", v)
+			err = &handler.PanicError{Value: v, Stack: debug.Stack()} // logged as a failed attempt
 		}
 	}()
 	return s.handler.Handle(ctx, m)
@@ -491,8 +508,17 @@ func (s *subscription) abandon() (int, []string) {
 	}
 	for i := range s.workers {
 		w := &s.workers[i]
-		if m := w.cur.Load(); m != nil && len(ids) < 100 {
-			ids = append(ids, m.ID)
+		for {
+			m := w.cur.Load()
+			if m == nil || m == &s.gone {
+				break
+			}
+			if w.cur.CompareAndSwap(m, &s.gone) { // the worker will not settle it
+				if len(ids) < 100 {
+					ids = append(ids, m.ID)
+				}
+				break
+			}
 		}
 	}
 	for i := range s.shards {
