@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/internal/routertest"
 	"github.com/ferrymq/ferry/transport"
@@ -32,38 +33,39 @@ func publish(t testing.TB, p transport.Publisher, topic string, n, keys int) {
 	}
 }
 
-// start runs r in the background and waits until it is ready. It returns a
-// function that closes r and reports Close's error.
+// start runs r until the test ends (ferrytest.Start) and returns its Close.
 func start(t testing.TB, r *ferry.Router) (stop func(ctx context.Context) error) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	select {
-	case <-r.Ready():
-	case err := <-done:
-		t.Fatalf("Run returned early: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("router not ready")
-	}
-	var once sync.Once
-	var cerr error
-	stop = func(ctx context.Context) error {
-		once.Do(func() {
-			cerr = r.Close(ctx)
-			select {
-			case runErr := <-done:
-				if !errors.Is(runErr, cerr) && fmt.Sprint(runErr) != fmt.Sprint(cerr) {
-					t.Errorf("Run returned %v, Close returned %v", runErr, cerr)
-				}
-			case <-time.After(10 * time.Second):
-				t.Error("Run did not return after Close")
-			}
-		})
-		return cerr
-	}
-	t.Cleanup(func() { _ = stop(context.Background()) })
-	return stop
+	return ferrytest.Start(t, r).Close
 }
+
+// recv waits for a value on ch, failing t after 10s rather than hanging the
+// package.
+func recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		var zero T
+		return zero
+	}
+}
+
+// releaser is a channel that blocked handlers wait on, closed once: by the
+// test, or at the latest by a cleanup, so that a failing test does not
+// leave handlers blocked and the package hanging until go test's timeout.
+// Register the cleanup (t.Cleanup(rel.release)) after starting the Router:
+// it then runs before the Router's stop, which drains at once.
+type releaser struct {
+	C    chan struct{}
+	once sync.Once
+}
+
+func newReleaser() *releaser { return &releaser{C: make(chan struct{})} }
+
+func (r *releaser) release() { r.once.Do(func() { close(r.C) }) }
 
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
@@ -116,8 +118,8 @@ func TestRouterAcksOnSuccess(t *testing.T) {
 	r := newRouter(t)
 	var handled atomic.Int64
 	if err := r.Add("count", b, sub("orders", "g"), handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
-		if got := m.Facts().Subscription; got != "count" {
-			t.Errorf("Facts.Subscription = %q", got)
+		if f := m.Facts(); f.Subscription != "count" || f.Group != "g" {
+			t.Errorf("Facts.Subscription = %q, Facts.Group = %q; want count, g", f.Subscription, f.Group)
 		}
 		handled.Add(1)
 		return nil
@@ -233,8 +235,7 @@ func TestRouterPerKeyOrderAndConcurrency(t *testing.T) {
 // slowKey is a handler whose calls for key "slow" block until release;
 // the other keys return at once.
 type slowKey struct {
-	release        chan struct{}
-	once           sync.Once
+	release        *releaser
 	quick, slowRan atomic.Int64
 }
 
@@ -242,10 +243,10 @@ type slowKey struct {
 // a test that fails while a call blocks does not hang the Router's stop.
 func (s *slowKey) start(t *testing.T, r *ferry.Router, b transport.Subscriber) {
 	t.Helper()
-	s.release = make(chan struct{})
+	s.release = newReleaser()
 	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 		if m.Key == "slow" {
-			<-s.release
+			<-s.release.C
 			s.slowRan.Add(1)
 			return nil
 		}
@@ -256,10 +257,10 @@ func (s *slowKey) start(t *testing.T, r *ferry.Router, b transport.Subscriber) {
 		t.Fatal(err)
 	}
 	start(t, r)
-	t.Cleanup(s.free) // registered after start's, so it runs before the stop
+	t.Cleanup(s.release.release) // registered after start's, so it runs before the stop
 }
 
-func (s *slowKey) free() { s.once.Do(func() { close(s.release) }) }
+func (s *slowKey) free() { s.release.release() }
 
 func TestRouterSlowKeyDoesNotStallOthers(t *testing.T) {
 	b := newBroker(t)
@@ -424,11 +425,11 @@ func TestRouterCloseDrainsInFlight(t *testing.T) {
 	b := newBroker(t)
 	r := newRouter(t)
 	started := make(chan struct{}, 8)
-	release := make(chan struct{})
+	rel := newReleaser()
 	var finished atomic.Int64
 	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 		started <- struct{}{}
-		<-release
+		<-rel.C
 		finished.Add(1)
 		return nil
 	})
@@ -436,9 +437,10 @@ func TestRouterCloseDrainsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := start(t, r)
+	t.Cleanup(rel.release)
 	publish(t, b, "t", 4, 4)
 	for i := 0; i < 4; i++ {
-		<-started
+		recv(t, started, "4 handlers to start")
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- stop(context.Background()) }()
@@ -448,8 +450,8 @@ func TestRouterCloseDrainsInFlight(t *testing.T) {
 		t.Fatalf("Close returned before in-flight handlers finished: %v", err)
 	default:
 	}
-	close(release)
-	if err := <-closed; err != nil {
+	rel.release()
+	if err := recv(t, closed, "Close"); err != nil {
 		t.Fatalf("Close after a clean drain: %v", err)
 	}
 	if finished.Load() != 4 {
@@ -474,7 +476,7 @@ func TestRouterCloseDeadlineAbandonsUnacked(t *testing.T) {
 	}
 	stop := start(t, r)
 	publish(t, b, "t", 1, 1)
-	<-started
+	recv(t, started, "the handler to start")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	err := stop(ctx)
@@ -522,11 +524,11 @@ func TestRouterMaxInFlight(t *testing.T) {
 	b := newBroker(t)
 	cs := &countingSubscriber{Subscriber: b}
 	r := newRouter(t)
-	release := make(chan struct{})
+	rel := newReleaser()
 	var entered atomic.Int64
 	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 		entered.Add(1)
-		<-release
+		<-rel.C
 		return nil
 	})
 	// One key: one message runs, the rest wait behind it, up to the bound.
@@ -534,6 +536,7 @@ func TestRouterMaxInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, r)
+	t.Cleanup(rel.release) // a failure below must not leave the handler blocked
 	publish(t, b, "t", 50, 1)
 	waitFor(t, "intake to fill the bound", func() bool { return cs.received.Load() == 5 })
 	time.Sleep(30 * time.Millisecond)
@@ -543,7 +546,7 @@ func TestRouterMaxInFlight(t *testing.T) {
 	if entered.Load() != 1 {
 		t.Fatalf("%d handlers entered for one key, want 1", entered.Load())
 	}
-	close(release)
+	rel.release()
 	waitFor(t, "all", func() bool { return entered.Load() == 50 })
 }
 
@@ -586,31 +589,25 @@ func TestRouterRunContextCancelDrains(t *testing.T) {
 	r := newRouter(t, ferry.DrainTimeout(5*time.Second))
 	var handled atomic.Int64
 	started := make(chan struct{}, 1)
-	release := make(chan struct{})
+	rel := newReleaser()
 	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 		started <- struct{}{}
-		<-release
+		<-rel.C
 		handled.Add(1)
 		return nil
 	})
 	if err := r.Add("c", b, sub("t", "g"), h); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	<-r.Ready()
+	rr := ferrytest.Start(t, r)
+	t.Cleanup(rel.release)
 	publish(t, b, "t", 1, 1)
-	<-started
-	cancel()
-	time.AfterFunc(20*time.Millisecond, func() { close(release) })
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run after cancel and clean drain: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return after cancel")
+	recv(t, started, "the handler to start")
+	rr.Cancel()
+	time.AfterFunc(20*time.Millisecond, rel.release)
+	recv(t, rr.Done(), "Run to return after cancel")
+	if err := rr.Err(); err != nil {
+		t.Fatalf("Run after cancel and clean drain: %v", err)
 	}
 	if handled.Load() != 1 {
 		t.Fatal("in-flight message not finished during drain")

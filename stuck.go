@@ -103,9 +103,10 @@ func (s *subscription) stuckCalls() int {
 type SubscriptionStats struct {
 	// Name is the subscription's name in the Router.
 	Name string
-	// InFlight is the number of deliveries held unsettled: running,
-	// waiting behind their key, or held for a retry delay. It is at most
-	// [MaxInFlight].
+	// InFlight is the number of in-flight slots taken ([MaxInFlight]
+	// bounds it): deliveries held unsettled (running, waiting behind their
+	// key, or held for a retry delay), plus the one slot the intake takes
+	// while it waits for the next delivery.
 	InFlight int
 	// Running is the number of handler calls running now.
 	Running int
