@@ -108,6 +108,35 @@ func TestRouterSlowCallsAreNotStuck(t *testing.T) {
 	}
 }
 
+// TestRouterRetriedCallsAreNotStuck: a message retried in process many
+// times, each call short, is the same *Message called again and again; only
+// a single call longer than StuckAfter is stuck, so none is reported.
+func TestRouterRetriedCallsAreNotStuck(t *testing.T) {
+	b := newBroker(t)
+	log := newLogRecorder()
+	r := newRouter(t, ferry.WithLogger(slog.New(log)), ferry.StuckAfter(40*time.Millisecond))
+	var calls atomic.Int64
+	h := handler.HandlerFunc(func(context.Context, *handler.Message) error {
+		time.Sleep(8 * time.Millisecond)
+		if calls.Add(1) < 40 {
+			return handler.RetryAfter(errors.New("device busy"), time.Millisecond)
+		}
+		return nil
+	})
+	if err := r.Add("mqttish", noNackSubscriber{b}, sub("t", "g"), h); err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, r)
+	publish(t, b, "t", 1, 1)
+	waitFor(t, "40 calls", func() bool { return calls.Load() == 40 })
+	if err := stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if lines := log.records(stuckLine); len(lines) != 0 {
+		t.Fatalf("calls of 8ms, retried in process, reported stuck with StuckAfter(40ms): %v", lines[0].Attrs)
+	}
+}
+
 // settleRecorder wraps a subscriber and records every Ack and Nack the
 // Router makes, including late ones after Close (which the memory
 // transport would refuse quietly).
@@ -209,7 +238,7 @@ func TestRouterNeverSettlesAbandoned(t *testing.T) {
 		t.Fatalf("Close = %v, want 2 abandoned", err)
 	}
 	rel.release() // the calls return now, after the deadline
-	waitFor(t, "both late returns to be seen", func() bool { return len(log.records(leftLine)) == 2 })
+	waitFor(t, "both late returns to be seen", func() bool { return len(log.records(leftLine))+len(rec.all()) == 3 })
 	if got := rec.all(); len(got) != 1 || got[0] != "ack quick" {
 		t.Fatalf("settles %v, want only [ack quick]: an abandoned delivery was settled", got)
 	}
