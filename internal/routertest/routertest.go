@@ -4,11 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/memory"
@@ -44,7 +44,9 @@ func Logger(tb testing.TB) *slog.Logger {
 // Run runs h on topic under subscription (and group) name through a real
 // Router, from the oldest message, until tb ends or stop is called. stop
 // closes the Router with a 20 s drain and returns Close's error; calling it
-// again returns the same error.
+// again returns the same error. The Router is started with
+// [ferrytest.Start]; Run only adds the kits' defaults (a logger writing to
+// tb, the subscription, the long drain).
 func Run(tb testing.TB, b transport.Subscriber, name, topic string, h handler.Handler, opts ...ferry.SubscriptionOption) (stop func() error) {
 	tb.Helper()
 	r, err := ferry.NewRouter(ferry.WithLogger(Logger(tb)))
@@ -55,27 +57,13 @@ func Run(tb testing.TB, b transport.Subscriber, name, topic string, h handler.Ha
 	if err := r.Add(name, b, sub, h, opts...); err != nil {
 		tb.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	select {
-	case <-r.Ready():
-	case err := <-done:
-		tb.Fatalf("Run returned early: %v", err)
-	case <-time.After(10 * time.Second):
-		tb.Fatal("router not ready")
-	}
-	var once sync.Once
-	var closeErr error
+	rr := ferrytest.Start(tb, r)
 	stop = func() error {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			closeErr = r.Close(ctx)
-			<-done
-		})
-		return closeErr
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		return rr.Close(ctx)
 	}
-	tb.Cleanup(func() { _ = stop() })
+	tb.Cleanup(func() { _ = stop() }) // before ferrytest's: the kits check stop's error themselves
 	return stop
 }
 
