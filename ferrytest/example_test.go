@@ -17,7 +17,7 @@ import (
 func ExampleStart() {
 	t := &testing.T{} // in a test, the *testing.T it is given
 	ctx := context.Background()
-	broker := memory.New()
+	broker, _ := memory.New(ctx, "memory://")
 	defer broker.Close(ctx)
 
 	reserved := make(chan string, 1)

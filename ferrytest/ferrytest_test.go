@@ -79,8 +79,11 @@ func newRouter(t *testing.T, b transport.Subscriber, h handler.Handler) *ferry.R
 	return r
 }
 
-func broker(t *testing.T) *memory.Broker {
-	b := memory.New()
+func broker(t *testing.T) *memory.Transport {
+	b, err := memory.New(context.Background(), "memory://")
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = b.Close(context.Background()) })
 	return b
 }
