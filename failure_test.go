@@ -500,3 +500,37 @@ func TestRouterPolicyOptionsValidated(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRouterHeldMessageNackedAtShutdown: where the Router holds a failed
+// message for its delay (the stream cannot delay a Nack), the shutdown does
+// not wait the delay out: it nacks the message at once, so Close drains
+// cleanly and the message is back at the broker.
+func TestRouterHeldMessageNackedAtShutdown(t *testing.T) {
+	b := newBroker(t)
+	dsub := &declare{Subscriber: b, change: func(s *transport.Semantics) { s.NackDelay = false }}
+	r := newRouter(t, ferry.Backoff(time.Hour, time.Hour))
+	h := &alwaysFailing{err: errors.New("stock service down")}
+	if err := r.Add("bare", dsub, sub("t", "g"), h); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.Stats(); len(st) != 1 || st[0] != (ferry.SubscriptionStats{Name: "bare"}) {
+		t.Fatalf("Stats before Run = %+v, want the name and zeros", st)
+	}
+	rr := ferrytest.Start(t, r)
+	publishSecret(t, b, "t")
+	waitFor(t, "the message to be held", func() bool { return r.Stats()[0].Delayed == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rr.Close(ctx); err != nil {
+		t.Fatalf("Close = %v, want a clean drain: the held message is nacked at once", err)
+	}
+	if got := dsub.nackDelays(); len(got) != 1 || got[0] != 0 {
+		t.Fatalf("nacks %v, want one, with no delay", got)
+	}
+	if h.calls.Load() != 1 {
+		t.Fatalf("%d calls, want 1", h.calls.Load())
+	}
+	if got := receiveOne(t, b, "t", "g", 5*time.Second); got != "order-17" {
+		t.Fatalf("after Close, the group receives %q, want order-17", got)
+	}
+}
