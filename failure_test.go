@@ -192,6 +192,13 @@ func checkNoSecrets(t *testing.T, log *logRecorder) {
 // attempts are bounded by the backoff (at most 5 in the first second), each
 // is logged once, and the message is still there after Close.
 func TestRouterBareFailingHandlerIsBounded(t *testing.T) {
+	// The rates the Router's doc states for the defaults.
+	if n := maxAttempts(ferry.DefaultBackoffInitial, ferry.DefaultBackoffMax, time.Second, false); n != 5 {
+		t.Errorf("the defaults allow %d attempts in the first second; the Router doc says 5", n)
+	}
+	if n := maxAttempts(ferry.DefaultBackoffInitial, ferry.DefaultBackoffMax, time.Minute, false); n != 12 {
+		t.Errorf("the defaults allow %d attempts in the first minute; the Router doc says 12", n)
+	}
 	b := newBroker(t)
 	log := newLogRecorder()
 	r := newRouter(t, ferry.WithLogger(slog.New(log)))
