@@ -541,3 +541,10 @@ func TestRouterHeldMessageNackedAtShutdown(t *testing.T) {
 		t.Fatalf("after Close, the group receives %q, want order-17", got)
 	}
 }
+
+func TestRouterInvalidOptionIsTheSharedSentinel(t *testing.T) {
+	_, err := ferry.NewRouter(ferry.Backoff(0, 0))
+	if !errors.Is(err, handler.ErrInvalidOption) || !errors.Is(err, transport.ErrInvalidOption) {
+		t.Fatalf("NewRouter(Backoff(0, 0)) = %v: want handler.ErrInvalidOption, which every package re-exports", err)
+	}
+}

@@ -22,8 +22,10 @@ var ErrAbandoned = errors.New("ferry: messages abandoned at shutdown")
 // closing, and by Run on a Router already running.
 var ErrClosed = errors.New("ferry: router closed")
 
-// ErrInvalidOption is wrapped by errors about Router or subscription options.
-var ErrInvalidOption = errors.New("ferry: invalid option")
+// ErrInvalidOption is wrapped by the errors of NewRouter and Add about
+// Router or subscription options. It is [handler.ErrInvalidOption], the one
+// sentinel every Ferry package wraps, so errors.Is matches either name.
+var ErrInvalidOption = handler.ErrInvalidOption
 
 // AbandonedError says what a shutdown abandoned: messages received but not
 // finished when the drain deadline passed. None of them was acked.
