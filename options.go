@@ -119,7 +119,9 @@ func MaxInFlight(n int) SubscriptionOption {
 // PerKey makes the subscription ordered per key: messages with the same
 // non-empty Key start one after another, in arrival order, and different keys
 // run concurrently. It is the default where the stream's Semantics keep
-// order. Asking for it on a stream that keeps no order is an error from Run.
+// order. Asking for it on a transport that keeps no order is an error from
+// [Router.Add] (from Run, for a transport that cannot declare its semantics
+// before subscribing), which names the setting that would keep order.
 func PerKey() SubscriptionOption {
 	return subOption(func(c *subConfig) { c.ordering = orderPerKey })
 }

@@ -197,6 +197,9 @@ func (r *Router) Add(name string, s transport.Subscriber, sub transport.Subscrip
 	if sub.Group == "" {
 		sub.Group = name // a subscription is a consumer group unless told otherwise
 	}
+	if err := checkOrder(name, s, sub, h, cfg); err != nil {
+		return err
+	}
 	r.subs = append(r.subs, &subscription{
 		name: name, subscriber: s, spec: sub, handler: h, cfg: cfg, log: r.cfg.logger.With("subscription", name),
 	})
@@ -346,4 +349,44 @@ func (r *Router) Close(ctx context.Context) error {
 		defer r.mu.Unlock()
 		return r.stopErr
 	}
+}
+
+// checkOrder refuses, at Add, a subscription that asks for per-key order
+// ([PerKey], or a handler chain that needs it, such as key parking) on a
+// transport whose declaration for sub keeps none, quoting the setting that
+// would keep it. Transports that cannot declare before subscribing
+// ([transport.Declarer]) are checked when Run opens the stream.
+func checkOrder(name string, s transport.Subscriber, sub transport.Subscription, h handler.Handler, cfg subConfig) error {
+	d, ok := s.(transport.Declarer)
+	if !ok {
+		return nil
+	}
+	sem, err := d.Declare(sub)
+	if err != nil {
+		return fmt.Errorf("ferry: add %q: %w", name, err)
+	}
+	return orderError(name, sem, cfg.ordering, h)
+}
+
+// orderError returns the error for an ordering request that sem (or the
+// subscription's own Unordered option) cannot keep, or nil.
+func orderError(name string, sem transport.Semantics, o ordering, h handler.Handler) error {
+	needs := handler.NeedsOrder(h)
+	if needs && o == orderNone {
+		return fmt.Errorf("%w: subscription %q runs a handler chain that needs per-key order (key parking) but asks Unordered",
+			ErrInvalidOption, name)
+	}
+	if sem.Ordering.Keeps() || (o != orderPerKey && !needs) {
+		return nil
+	}
+	why := "asks PerKey"
+	if o != orderPerKey {
+		why = "runs a handler chain that needs per-key order (key parking)"
+	}
+	hint := ""
+	if sem.OrderingHint != "" {
+		hint = "; for order use " + sem.OrderingHint
+	}
+	return fmt.Errorf("%w: subscription %q %s, but transport %q keeps no order here%s",
+		ErrInvalidOption, name, why, sem.Transport, hint)
 }

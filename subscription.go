@@ -152,17 +152,11 @@ func (s *subscription) open(ctx context.Context) error {
 	}
 	s.stream = st
 	s.semantics = st.Semantics()
-	switch s.cfg.ordering {
-	case orderPerKey:
-		if !s.semantics.Ordering.Keeps() {
-			_ = st.Close(ctx)
-			return fmt.Errorf("%w: subscription %q asks PerKey but transport %q keeps no order",
-				ErrInvalidOption, s.name, s.semantics.Transport)
-		}
-		s.perKey = true
-	case orderDefault:
-		s.perKey = s.semantics.Ordering.Keeps()
+	if err := orderError(s.name, s.semantics, s.cfg.ordering, s.handler); err != nil {
+		_ = st.Close(ctx)
+		return err
 	}
+	s.perKey = s.cfg.ordering != orderNone && s.semantics.Ordering.Keeps()
 	s.inProcess = s.semantics.Redelivery != transport.RedeliverOnNack
 	return nil
 }

@@ -51,3 +51,20 @@ func Chain(mw ...Middleware) Middleware {
 		return h
 	}
 }
+
+// An OrderNeeder is a Handler that tells whether it needs per-key order
+// from the stream that feeds it: key parking does, since a parked key's
+// later messages must wait behind it. Middleware that wraps another Handler
+// forwards the question to it, so a whole chain answers for its parts. The
+// Router asks at Add ([NeedsOrder]) and refuses to run a chain that needs
+// order on a stream that keeps none, before anything runs.
+type OrderNeeder interface {
+	NeedsOrder() bool
+}
+
+// NeedsOrder reports whether h says it needs per-key order ([OrderNeeder]).
+// A Handler that does not say needs none.
+func NeedsOrder(h Handler) bool {
+	n, ok := h.(OrderNeeder)
+	return ok && n.NeedsOrder()
+}
