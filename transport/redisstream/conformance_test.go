@@ -22,13 +22,15 @@ func (h harness) MakeTopic(tb testing.TB, name string) string {
 	return name
 }
 
-// MakeDeadLetter turns on max_deliveries with a dead-letter stream that a
-// second group reads from the start.
+// MakeDeadLetter turns on max_deliveries; the dead letters go to the DLQ
+// the transport names for the subscription, which a second group reads
+// from the start.
 func (h harness) MakeDeadLetter(tb testing.TB, sub transport.Subscription) (transport.Subscription, transport.Subscription, int) {
 	const limit = 3
-	dlq := sub.Topic + ".dlq"
 	with := sub
-	with.Options = map[string]string{"max_deliveries": "3", "dead_letter": dlq}
+	with.Options = map[string]string{"max_deliveries": "3"}
+	dlq := transport.DLQName(open(tb, h.url), with)
+	cleanupKeys(tb, h.addr, dlq)
 	return with, transport.Subscription{Topic: dlq, Group: sub.Group + "-dlq", StartAtOldest: true}, limit
 }
 
@@ -40,17 +42,22 @@ type restartHarness struct {
 
 func (h restartHarness) Restart(tb testing.TB) { h.srv.Restart(tb) }
 
-// TestConformance runs the suite against the shared Redis in both modes:
-// one stream with competing consumers (no order), and a topic of 4 shards
-// read under shard leases (per-key order).
+// TestConformance runs the suite against the shared Redis in the three
+// shapes a group can take: the default URL (one stream read by one member
+// at a time: per-topic order, the others standing by), a topic of 4
+// shards read under shard leases (per-key order), and mode=shared (a plain
+// consumer group: no order).
 func TestConformance(t *testing.T) {
 	requireShared(t)
-	t.Run("Shared", func(t *testing.T) {
-		transporttest.Run(t, harness{addr: sharedAddr, url: "redis://" + sharedAddr + "?" + fast})
-	})
-	t.Run("Sharded", func(t *testing.T) {
-		transporttest.Run(t, harness{addr: sharedAddr, url: "redis://" + sharedAddr + "?shards=4&" + fast})
-	})
+	for _, c := range []struct{ name, query string }{
+		{"Default", ""},
+		{"Sharded", "shards=4&"},
+		{"Shared", "mode=shared&"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			transporttest.Run(t, harness{addr: sharedAddr, url: "redis://" + sharedAddr + "?" + c.query + fast})
+		})
+	}
 }
 
 // TestConformanceRestart runs the suite, with its Restart case, against a

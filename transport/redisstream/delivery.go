@@ -47,6 +47,10 @@ func (d *delivery) settledErr() error {
 // Ack queues the entry's XACK and returns; the stream's ack loop sends one
 // XACK for all the IDs queued meanwhile. A crash before that XACK leaves
 // the entry pending: it is redelivered after claim_idle, never lost.
+//
+// If the heartbeat found that another member took the entry over (its
+// lease ran out), Ack sends nothing and returns an error wrapping
+// [ErrLeaseLost] (and so [transport.ErrRevoked]): the new holder settles it.
 func (d *delivery) Ack(ctx context.Context) error {
 	if !d.state.CompareAndSwap(stActive, stDone) {
 		return d.settledErr()
@@ -54,7 +58,10 @@ func (d *delivery) Ack(ctx context.Context) error {
 	s := d.s
 	d.sh.active.Add(-1)
 	defer s.finish(d)
-	if !s.queueAck(d.sh, d.id) {
+	if d.lost.Load() {
+		return fmt.Errorf("redisstream: ack %s on %q: %w", d.id, d.sh.key, ErrLeaseLost)
+	}
+	if !s.acks.queue(d.sh, d.id) {
 		return fmt.Errorf("redisstream: ack %s: %w", d.id, transport.ErrClosed)
 	}
 	return nil
@@ -66,12 +73,15 @@ func (d *delivery) Ack(ctx context.Context) error {
 // min-idle claim_idle after the delay takes it, here or on another member,
 // as attempt n+1. A delay longer than claim_idle is held by this member's
 // heartbeat until only claim_idle remains; if the member dies meanwhile the
-// entry comes back after claim_idle, sooner than asked.
+// entry comes back after claim_idle, sooner than asked. Like Ack, Nack on
+// an entry another member took over does nothing and returns an error
+// wrapping [ErrLeaseLost].
 func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 	s := d.s
 	delay = max(delay, 0)
 	now := time.Now()
-	if delay > s.cfg.ClaimIdle {
+	lost := d.lost.Load()
+	if delay > s.cfg.claimIdle && !lost {
 		d.releaseAt.Store(now.Add(delay).UnixNano())
 		if !d.state.CompareAndSwap(stActive, stParked) {
 			return d.settledErr()
@@ -80,12 +90,21 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 		d.sh.parked.Add(1)
 		return nil
 	}
-	if !d.state.CompareAndSwap(stActive, stDone) {
+	s.mu.Lock()
+	settled := d.state.CompareAndSwap(stActive, stDone)
+	if settled && s.exclusive && !lost {
+		d.sh.nacked[d.id] = struct{}{} // see knownIDs
+	}
+	s.mu.Unlock()
+	if !settled {
 		return d.settledErr()
 	}
 	d.sh.active.Add(-1)
 	defer s.finish(d)
-	_, err := s.refresh(ctx, d.sh, []string{d.id}, []int64{(s.cfg.ClaimIdle - delay).Milliseconds()})
+	if lost {
+		return fmt.Errorf("redisstream: nack %s on %q: %w", d.id, d.sh.key, ErrLeaseLost)
+	}
+	_, err := s.refresh(ctx, d.sh, []string{d.id}, []int64{(s.cfg.claimIdle - delay).Milliseconds()})
 	// Look for it again as soon as it can be claimed.
 	due := now.Add(delay).UnixNano()
 	for {
@@ -104,11 +123,12 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 // no member can claim it for claim_idle) and keeps the heartbeat
 // refreshing it until at least d from now, beyond max_extend if need be.
 // d of 0 means claim_idle. It returns an error wrapping [ErrLeaseLost] if
-// another member has already taken the entry over.
+// another member has already taken the entry over (it wraps
+// [transport.ErrRevoked]).
 func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
 	s := d.s
 	if dur <= 0 {
-		dur = s.cfg.ClaimIdle
+		dur = s.cfg.claimIdle
 	}
 	if d.state.Load() != stActive {
 		return d.settledErr()

@@ -4,10 +4,19 @@
 // unacked entries stay in the group's pending entries list (PEL) until a
 // member takes them over with XAUTOCLAIM.
 //
+// On the default URL each topic is one stream read by one member of a
+// group at a time, under a lease; the group's other members stand by and
+// take over when it stops. So Message.ID, Key and headers travel byte for
+// byte, every key keeps its order (the whole topic does), and the Router
+// still runs different keys concurrently inside the active member.
+// shards=N splits each topic into N streams so that N members share the
+// work, each key still in order; mode=shared is a plain Redis consumer
+// group, every member reading, with no order.
+//
 // Make a transport with [New], or open one by URL after a blank import:
 //
 //	import _ "github.com/ferrymq/ferry/transport/redisstream"
-//	t, err := transport.Open(ctx, "redis://127.0.0.1:6379/0?shards=8")
+//	t, err := transport.Open(ctx, "redis://127.0.0.1:6379/0")
 //
 // The full semantics page is docs/transports/redis-streams.md.
 //
@@ -15,50 +24,57 @@
 //
 // redis://[[user]:password@]host[:port][/db] and rediss://… for TLS
 // ([Scheme], [SchemeTLS]). The user info is AUTH (an ACL user when a user
-// name is given); the path is the database number. Query keys, each one
-// option of [Options] or [ConsumeOptions]:
+// name is given, a password alone otherwise; [Credentials] in code); the
+// path is the database number. Query keys, each one [Option]:
 //
-//   - pool_size, client_name, skip_verify (rediss only, tests only).
-//   - max_payload: largest payload in bytes; default 512 MiB.
-//   - maxlen: XADD MAXLEN ~ n on every publish; default 1,000,000; 0 turns
-//     trimming off. retention: XADD MINID ~ (now - retention) instead.
-//   - shards: streams per topic (0, the default, is one stream named after
-//     the topic; n splits it into "<topic>:0" … "<topic>:<n-1>").
-//   - Subscription defaults, also accepted in Subscription.Options: mode
-//     (auto, shared, exclusive), count, block, claim_idle, claim_interval,
-//     max_extend, lease, max_deliveries, dead_letter.
+//   - pool_size ([PoolSize]), client_name ([ClientName]), skip_verify
+//     ([SkipVerify]; rediss only, test servers only).
+//   - max_payload ([MaxPayload]): largest payload in bytes; default 512 MiB.
+//   - maxlen ([MaxLen]): XADD MAXLEN ~ n on every publish; default
+//     1,000,000; 0 turns trimming off. retention ([Retention]): XADD
+//     MINID ~ (now - retention) instead.
+//   - shards ([Shards]): streams per topic, 1 to 1024; default 1, the
+//     stream named after the topic; n > 1 splits it into "<topic>:0" …
+//     "<topic>:<n-1>". Publishers and consumers agree on it through the
+//     URL they both open.
+//   - Consume keys, also accepted in Subscription.Options: mode
+//     ([ConsumeMode]: exclusive, the default, or shared), count ([Count]),
+//     block ([Block]), claim_idle ([ClaimIdle]), claim_interval
+//     ([ClaimInterval]), max_extend ([MaxExtend]), lease ([Lease]),
+//     max_deliveries ([MaxDeliveries]), dead_letter ([DeadLetter]).
 //
-// Any other key is an error wrapping [transport.ErrInvalidOption]. Per-topic
-// settings (MaxLen, Retention, Shards) are set in code with
-// [Options].Topics; publishers and subscribers of a topic must agree on
-// Shards.
+// Any other key, a key given twice or a bad value is an error wrapping
+// [transport.ErrInvalidOption] that names it, from [New] or Subscribe.
 //
 // # Delivery semantics
 //
 // Publish is XADD with MAXLEN ~ (or MINID ~) trimming and returns when
 // Redis replied. A Redis error reply is a plain failure; a lost connection
 // or timeout after the command left is [transport.ErrUnknownOutcome].
-// PublishBatch pipelines the XADDs in one round trip. A keyed message on a
-// sharded topic goes to stream FNV-1a(key) mod n ([ShardOf]); a keyless one
-// round-robins.
+// PublishBatch pipelines the XADDs in one round trip. On a sharded topic a
+// keyed message goes to stream FNV-1a(key) mod n ([ShardOf]); a keyless
+// one round-robins.
 //
 // Subscribe creates the group on every stream (XGROUP CREATE … MKSTREAM,
 // from "$", or "0" with StartAtOldest). Receive reads with XREADGROUP …
 // COUNT count BLOCK block, one batch ahead. Facts.Attempt is the entry's
-// PEL delivery count.
+// PEL delivery count. [Transport.Declare] returns the Semantics Subscribe
+// would declare, without touching Redis.
 //
 // Ack queues the ID; one XACK carries every ID acked within 2ms or count
 // IDs (pipelined over shards), and Close flushes. A crash before the flush
 // leaves entries pending: they are redelivered, never lost.
 //
 // Unacked entries: an entry pending longer than claim_idle (30s) without a
-// refresh is taken over by any member's XAUTOCLAIM (every claim_interval,
-// 1s), as attempt n+1. While a delivery is unsettled the member refreshes
-// its idle time every claim_idle/3 (XCLAIM … JUSTID to itself, guarded by a
-// script so that it never steals an entry another member took), for up to
-// max_extend (1h) after receipt; [transport.Extender] refreshes at once and
-// can go beyond. So a long-running handler keeps its entry, and a dead
-// member's entries move after claim_idle.
+// refresh is taken over by a member's XAUTOCLAIM (every claim_interval,
+// 1s; in exclusive mode by the stream's owner), as attempt n+1. While a
+// delivery is unsettled the member refreshes its idle time every
+// claim_idle/3 (XCLAIM … JUSTID to itself, guarded by a script so that it
+// never steals an entry another member took), for up to max_extend (1h)
+// after receipt; [transport.Extender] refreshes at once and can go beyond.
+// Extend, Ack and Nack on an entry another member took over return an
+// error wrapping [ErrLeaseLost], which wraps [transport.ErrRevoked], and do
+// nothing.
 //
 // Nack(delay) leaves the entry pending and sets its idle time to
 // claim_idle - delay (XCLAIM … IDLE ms JUSTID): the first XAUTOCLAIM after
@@ -71,29 +87,34 @@
 // streams, so every group receives every entry, and the members of one group
 // share them (Semantics.FanOut).
 //
+// Modes. In exclusive mode (the default) each stream is read by one member
+// of the group at a time under a lease, described in full in lease.go and
+// the docs page: per-topic order with one stream (the default), per-key
+// with shards=N, N members sharing the work and the others standing by. A
+// member takes over a stream's pending entries before reading new ones,
+// and hands a stream over only with nothing of it in flight. After a
+// connection error, a member that kept its lease first re-reads its own
+// pending entries (XREADGROUP … 0), so that entries whose read reply was
+// lost are not overtaken by newer ones. A member cut off from Redis for
+// longer than the lease (10s) may overlap with the next owner, as a Kafka
+// zombie would. Redelivered (Nacked or taken-over) entries do not hold back
+// newer ones. In shared mode every member reads every stream and Redis
+// spreads entries over them: no order (Semantics.Ordering none, with
+// OrderingHint naming mode=exclusive and shards=N).
+//
+// With max_deliveries n, an entry about to be delivered an (n+1)th time is
+// moved to the subscription's DLQ ([Transport.DLQName]: the group and
+// ".dlq", or [DeadLetter]) with the dead-letter record of
+// [transport.NewDeadLetter], and acked, in one MULTI (Semantics.NativeDLQ).
+// Pending entries whose data was trimmed are dropped and counted in
+// [Transport.Stats].
+//
 // Close: closing a stream, or the [Transport] (which closes its streams),
 // makes a Receive waiting on it, and every later one, return an error
 // wrapping [transport.ErrClosed]. Ack or Nack on a delivery after its stream
 // closed returns an error wrapping transport.ErrClosed and does nothing: the
 // entry was released and goes to the next member. Closing twice is safe and
 // returns nil; Publish after Close returns transport.ErrClosed.
-//
-// Modes. In shared mode (the default for an unsharded topic) every member
-// reads every stream and Redis spreads entries over them: no order
-// (Semantics.Ordering none). In exclusive mode (the default for a sharded
-// topic) each stream is read by one member at a time under a lease,
-// described in full in lease.go and the docs page: per-key order
-// (per-topic with one stream). A member takes over a shard's pending
-// entries before reading new ones, and hands a shard over only with
-// nothing of it in flight. A member cut off from Redis for longer than the
-// lease (10s) may overlap with the next owner, as a Kafka zombie would.
-// Redelivered (Nacked or taken-over) entries do not hold back newer ones.
-//
-// With max_deliveries n, an entry about to be delivered an (n+1)th time is
-// moved to the dead-letter stream (default "<topic>.dlq") with the
-// dead-letter headers and acked, in one MULTI (Semantics.NativeDLQ).
-// Pending entries whose data was trimmed are dropped by XAUTOCLAIM and
-// counted in [Transport.Stats].
 //
 // Semantics: Ordering as above, Ack per-message, Redelivery on-nack,
 // NackDelay, Attempts, Extend, FanOut, Replay and Headers true, NativeDLQ when
@@ -108,14 +129,17 @@
 // other field is a header, so entries written by redis-cli or any client
 // (XADD orders * ferry-id o-1 ferry-key c-7 source web payload {...}) are
 // handled with their ID, Key and headers. A header named "payload",
-// "ferry-id" or "ferry-key" is refused. Facts: Transport "redis",
-// Partition the shard (-1 unsharded), Offset -1, BrokerID the entry ID,
-// PublishedAt the entry ID's time.
+// "ferry-id" or "ferry-key" is refused. Facts: Transport "redis", Group,
+// Partition the shard (-1 with one stream), Offset -1, BrokerID the entry
+// ID, PublishedAt the entry ID's time.
 //
 // # Not supported
 //
 //   - Redis Cluster: the client is a single-node client (shards of a topic
 //     are ordinary keys and could live on different nodes; not tested).
+//   - Per-topic shard counts: one transport (one URL) has one shard count
+//     for all its topics; open a second transport for a topic sharded
+//     differently.
 //   - Exactly-once: a crash between a handler's effect and the XACK flush
 //     redelivers; consumers dedupe on Message.ID.
 //   - Keeping unconsumed entries past MAXLEN or MINID: trimming deletes them

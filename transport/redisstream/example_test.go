@@ -4,19 +4,21 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"log/slog"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
-	_ "github.com/ferrymq/ferry/transport/redisstream"
+	"github.com/ferrymq/ferry/transport/redisstream"
 )
 
-// Example_openFromURL opens the Redis transport by URL, with the orders
-// topic split into 8 shards so that each customer's events keep their
-// order, and publishes an OrderPlaced event. It needs a Redis server, so it
-// is compiled but not run.
+// Example_openFromURL opens the Redis transport by URL and publishes an
+// OrderPlaced event. On the default URL each topic is one stream read by
+// one member of a group at a time, so customer-7's events keep their
+// order; shards=8 would let 8 members share the topic, each key still in
+// order. It needs a Redis server, so it is compiled but not run.
 func Example_openFromURL() {
 	ctx := context.Background()
-	t, err := transport.Open(ctx, "redis://127.0.0.1:6379/0?shards=8&maxlen=100000")
+	t, err := transport.Open(ctx, "redis://127.0.0.1:6379/0?maxlen=100000")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -30,4 +32,21 @@ func Example_openFromURL() {
 		Headers: map[string]string{"content-type": "application/json"},
 	})
 	fmt.Println("published:", err == nil)
+}
+
+// ExampleNew builds the transport in code: the URL gives the server and
+// the settings that publishers and consumers share (shards), typed options
+// the rest. It needs a Redis server, so it is compiled but not run.
+func ExampleNew() {
+	ctx := context.Background()
+	t, err := redisstream.New(ctx, "rediss://redis.internal:6380/0?shards=8",
+		redisstream.Credentials("shop", "from-the-secret-store"),
+		redisstream.MaxDeliveries(5),
+		redisstream.WithLogger(slog.Default()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close(ctx)
+	sem, _ := t.Declare(transport.Subscription{Topic: "orders", Group: "inventory"})
+	fmt.Println("ordering:", sem.Ordering)
 }

@@ -38,6 +38,9 @@ import (
 // paused) for longer than the lease: then the new owner may take over
 // entries the old one is still handling (a zombie, as in Kafka).
 
+// leaseTick returns the renewal period of a shard lease of length lease.
+func leaseTick(lease time.Duration) time.Duration { return min(lease/4, 500*time.Millisecond) }
+
 // leaseLoop runs leaseTick every tick until the stream closes.
 func (s *stream) leaseLoop() {
 	defer s.bg.Done()
@@ -48,7 +51,7 @@ func (s *stream) leaseLoop() {
 		case <-s.closing:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Lease)
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.lease)
 			s.leaseTick(ctx)
 			cancel()
 		}
@@ -59,7 +62,7 @@ func (s *stream) leaseLoop() {
 // leases. It reports whether this member holds every shard assigned to it.
 func (s *stream) leaseTick(ctx context.Context) bool {
 	start := time.Now()
-	lease := s.cfg.Lease
+	lease := s.cfg.lease
 	pipe := s.c.Pipeline()
 	pipe.ZAdd(ctx, s.members, goredis.Z{Score: float64(start.Add(lease).UnixMilli()), Member: s.consumer})
 	pipe.ZRemRangeByScore(ctx, s.members, "-inf", "("+strconv.FormatInt(start.UnixMilli(), 10))
@@ -89,9 +92,7 @@ func (s *stream) leaseTick(ctx context.Context) bool {
 					sh.validUntil.Store(start.Add(lease).UnixNano())
 				} else {
 					s.log.Warn("redisstream: shard lease lost", "stream", sh.key, "group", s.group, "member", s.consumer)
-					sh.held.Store(false)
-					sh.takeover.Store(false)
-					sh.draining.Store(false)
+					s.dropShard(sh)
 					continue
 				}
 			}
@@ -132,7 +133,7 @@ func (s *stream) handOver(ctx context.Context, sh *shard) {
 	if sh.active.Load() > 0 || s.closed.Load() {
 		return
 	}
-	if err := s.flushAcks(ctx); err != nil {
+	if err := s.acks.flush(ctx); err != nil {
 		return
 	}
 	if sh.parked.Load() > 0 {
@@ -142,9 +143,18 @@ func (s *stream) handOver(ctx context.Context, sh *shard) {
 		s.log.Warn("redisstream: shard lease release failed", "stream", sh.key, "err", err)
 		return
 	}
+	s.dropShard(sh)
+}
+
+// dropShard marks sh as no longer held here. The Nacked entries this
+// member left pending in it are the next owner's to take over.
+func (s *stream) dropShard(sh *shard) {
 	sh.held.Store(false)
 	sh.draining.Store(false)
 	sh.takeover.Store(false)
+	s.mu.Lock()
+	clear(sh.nacked)
+	s.mu.Unlock()
 }
 
 // releaseParked makes the Nacked entries of sh held here claimable now.
@@ -159,7 +169,7 @@ func (s *stream) releaseParked(ctx context.Context, sh *shard) {
 			if d.sh == sh && d.state.CompareAndSwap(stParked, stDone) {
 				sh.parked.Add(-1)
 				ids = append(ids, d.id)
-				idles = append(idles, s.cfg.ClaimIdle.Milliseconds())
+				idles = append(idles, s.cfg.claimIdle.Milliseconds())
 				done = append(done, d)
 			}
 		}

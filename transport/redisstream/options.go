@@ -4,21 +4,19 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ferrymq/ferry/transport"
 )
 
-// Defaults of the settings below.
+// Defaults of a [Transport] made by [New] or opened by URL.
 const (
 	DefaultAddr          = "127.0.0.1:6379"
-	DefaultMaxLen        = 1_000_000
-	DefaultMaxPayload    = 512 << 20 // Redis proto-max-bulk-len
-	DefaultGroup         = "ferry"
-	DefaultCount         = 100
+	DefaultMaxLen        = 1_000_000 // entries per stream; see [MaxLen]
+	DefaultMaxPayload    = 512 << 20 // Redis proto-max-bulk-len; see [MaxPayload]
+	DefaultShards        = 1         // streams per topic; see [Shards]
+	DefaultGroup         = "ferry"   // the consumer group of a Subscription without one
+	DefaultCount         = 100       // see [Count]
 	DefaultBlock         = time.Second
 	DefaultClaimIdle     = 30 * time.Second
 	DefaultClaimInterval = time.Second
@@ -26,380 +24,343 @@ const (
 	DefaultLease         = 10 * time.Second
 )
 
-// Options configures a [Transport]. The zero value connects to
-// 127.0.0.1:6379 with the defaults documented on each field. Every field
-// has one URL query key (see the package doc); [Open] and [New] check the
-// values the same way.
-type Options struct {
-	// Addr is the Redis server, host:port. Default 127.0.0.1:6379.
-	Addr string
-	// Username and Password authenticate (AUTH, or an ACL user when
-	// Username is set). URL: the user info.
-	Username, Password string
-	// DB is the database number (SELECT). URL: the path, as in redis://host/3.
-	DB int
-	// PoolSize is the connection pool size; 0 means go-redis's default
-	// (10 per CPU). URL: pool_size.
-	PoolSize int
-	// TLS, when not nil, connects with TLS (the rediss scheme sets an empty
-	// config, verifying the server against the system roots). URL:
-	// skip_verify=true turns off verification, for test servers only.
-	TLS *tls.Config
-	// ClientName is sent with CLIENT SETNAME. URL: client_name.
-	ClientName string
+// maxShards bounds [Shards], so that a typo cannot make a million streams.
+const maxShards = 1024
 
-	// MaxPayload is the largest payload Publish accepts, in bytes; default
-	// 512 MiB (Redis's proto-max-bulk-len). URL: max_payload.
-	MaxPayload int
-
-	// Topic holds the default settings of every topic; Topics overrides them
-	// per topic (keyed by the logical topic name). A zero field inherits.
-	Topic  TopicOptions
-	Topics map[string]TopicOptions
-
-	// Consume holds the defaults of every subscription; a Subscription's
-	// Options override them key by key.
-	Consume ConsumeOptions
-
-	// Logger receives the transport's background warnings (a failed XACK
-	// flush, a lease renewal error). Default slog.Default().
-	Logger *slog.Logger
+// An Option configures a [Transport]. Options are made by the functions of
+// this package; no other package can implement one. Each has one URL query
+// key (named on the function), and an Option given to [New] applies after
+// the URL's keys, so code overrides text. The consume options ([Count] to
+// [DeadLetter]) are also [transport.Subscription.Options] keys, which
+// override them per subscription.
+type Option interface {
+	apply(*config)
 }
 
-// TopicOptions are per-topic settings, used by publishers and subscribers
-// alike: both must agree on Shards.
-type TopicOptions struct {
-	// MaxLen trims the stream with XADD MAXLEN ~ MaxLen on every publish.
-	// 0 means the default (1,000,000 entries); a negative value turns
-	// trimming off (the stream then grows until Redis runs out of memory).
-	// URL: maxlen.
-	MaxLen int64
-	// Retention, when positive, trims by age instead: XADD MINID ~ <now -
-	// Retention>. URL: retention.
-	Retention time.Duration
-	// Shards splits the topic into Shards streams "<topic>:0" …
-	// "<topic>:<Shards-1>", chosen by an FNV-1a hash of the Key. 0 means the
-	// topic is one stream named after it; a negative value forces that when
-	// the transport default is sharded. URL: shards.
-	Shards int
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// config is a transport's configuration, checked once in parse.
+type config struct {
+	addr               string
+	username, password string
+	db                 int
+	tls                *tls.Config
+	skipVerify         bool
+	poolSize           int // 0: go-redis's default
+	clientName         string
+	maxPayload         int
+	maxLen             int64 // 0: no trimming
+	retention          time.Duration
+	shards             int
+	consume            consumeConfig
+	log                *slog.Logger
+	err                error
+}
+
+// consumeConfig is what a subscription may override.
+type consumeConfig struct {
+	mode          Mode
+	count         int
+	block         time.Duration
+	claimIdle     time.Duration
+	claimInterval time.Duration
+	maxExtend     time.Duration
+	lease         time.Duration
+	maxDeliveries int
+	deadLetter    string // "": the default DLQ name ([Transport.DLQName])
+}
+
+func defaultConfig() config {
+	return config{
+		addr:       DefaultAddr,
+		maxPayload: DefaultMaxPayload,
+		maxLen:     DefaultMaxLen,
+		shards:     DefaultShards,
+		consume: consumeConfig{
+			mode:          ModeExclusive,
+			count:         DefaultCount,
+			block:         DefaultBlock,
+			claimIdle:     DefaultClaimIdle,
+			claimInterval: DefaultClaimInterval,
+			maxExtend:     DefaultMaxExtend,
+			lease:         DefaultLease,
+		},
+		log: slog.Default(),
+	}
+}
+
+func (c *config) fail(format string, args ...any) {
+	if c.err == nil {
+		c.err = fmt.Errorf("%w: redisstream: "+format, append([]any{transport.ErrInvalidOption}, args...)...)
+	}
+}
+
+// WithLogger sets the logger of the transport's background work (a failed
+// XACK, a lost shard lease, trimmed entries), overriding slog.Default().
+// Payloads are never logged. A nil logger is an error.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l == nil {
+			c.fail("WithLogger(nil): want a logger")
+			return
+		}
+		c.log = l
+	})
+}
+
+// Credentials sets the AUTH user name and password, overriding the URL's
+// user info (redis://user:password@host, or redis://password@host for a
+// password alone). An empty username authenticates as the default user.
+// Credentials never appear in errors or logs.
+func Credentials(username, password string) Option {
+	return optionFunc(func(c *config) { c.username, c.password = username, password })
+}
+
+// TLSConfig connects with TLS using cfg, as the rediss scheme does with a
+// config that verifies the server against the system roots. The config is
+// cloned; it must not be nil.
+func TLSConfig(cfg *tls.Config) Option {
+	return optionFunc(func(c *config) {
+		if cfg == nil {
+			c.fail("TLSConfig(nil): want a config")
+			return
+		}
+		c.tls = cfg.Clone()
+	})
+}
+
+// SkipVerify turns off the verification of the server's certificate, for
+// test servers only; it needs TLS (rediss, or [TLSConfig]). URL key
+// skip_verify.
+func SkipVerify(skip bool) Option {
+	return optionFunc(func(c *config) { c.skipVerify = skip })
+}
+
+// PoolSize sets the connection pool size, overriding go-redis's default of
+// 10 per CPU. Each open stream also keeps one connection of a second pool,
+// of the same size, blocked in XREADGROUP. n must be positive. URL key
+// pool_size.
+func PoolSize(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 {
+			c.fail("PoolSize(%d): want 1 or more", n)
+			return
+		}
+		c.poolSize = n
+	})
+}
+
+// ClientName is sent with CLIENT SETNAME on every connection, so that
+// CLIENT LIST shows it. URL key client_name.
+func ClientName(name string) Option {
+	return optionFunc(func(c *config) { c.clientName = name })
+}
+
+// MaxPayload sets the largest payload Publish accepts, in bytes,
+// overriding the default of 512 MiB (Redis's proto-max-bulk-len). A larger
+// one returns an error wrapping [transport.ErrTooLarge] and nothing is
+// written. It is Semantics.MaxPayload. n must be positive. URL key
+// max_payload.
+func MaxPayload(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 {
+			c.fail("MaxPayload(%d): want 1 or more", n)
+			return
+		}
+		c.maxPayload = n
+	})
+}
+
+// MaxLen trims every stream with XADD MAXLEN ~ n on every publish,
+// overriding the default of 1,000,000 entries; 0 turns trimming off (the
+// stream then grows until Redis runs out of memory). Trimming ignores
+// consumer groups: an entry a lagging group has not read is deleted too.
+// URL key maxlen.
+func MaxLen(n int64) Option {
+	return optionFunc(func(c *config) {
+		if n < 0 {
+			c.fail("MaxLen(%d): want 0 (no trimming) or more", n)
+			return
+		}
+		c.maxLen = n
+	})
+}
+
+// Retention trims by age instead of length: XADD MINID ~ <now - d> on every
+// publish. d must be positive. URL key retention.
+func Retention(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d <= 0 {
+			c.fail("Retention(%v): want a positive duration", d)
+			return
+		}
+		c.retention = d
+	})
+}
+
+// Shards splits every topic into n streams "<topic>:0" … "<topic>:<n-1>",
+// a message going to stream FNV-1a(Key) mod n ([ShardOf]); the default, 1,
+// is one stream named after the topic. In the default (exclusive) mode
+// each stream is read by one member of a group at a time, so n is how many
+// members of a group share a topic's work while every key keeps its order.
+// Publishers and consumers of a topic must use the same n: give it in the
+// URL that both open. n must be 1 to 1024. URL key shards.
+func Shards(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 || n > maxShards {
+			c.fail("Shards(%d): want 1 to %d", n, maxShards)
+			return
+		}
+		c.shards = n
+	})
 }
 
 // Mode is how the members of a group consume a topic's streams.
 type Mode int
 
 const (
-	// ModeAuto is ModeExclusive for a sharded topic and ModeShared otherwise.
-	ModeAuto Mode = iota
-	// ModeShared: every member reads every stream; Redis hands each entry to
-	// one of them. No order is kept.
+	// ModeExclusive, the default: each stream is read by one member of the
+	// group at a time, which holds a lease on it; the others stand by.
+	// Order is kept per stream: per topic with one shard, per key with
+	// more.
+	ModeExclusive Mode = iota
+	// ModeShared: every member reads every stream and Redis hands each
+	// entry to one of them, a plain Redis consumer group. No order is
+	// kept (Semantics.Ordering none), so the Router refuses per-key order
+	// on it.
 	ModeShared
-	// ModeExclusive: each stream is read by one member of the group at a
-	// time, which holds a lease on it; order is kept per stream.
-	ModeExclusive
 )
 
 // String returns the URL spelling of m.
 func (m Mode) String() string {
-	switch m {
-	case ModeShared:
+	if m == ModeShared {
 		return "shared"
-	case ModeExclusive:
-		return "exclusive"
-	default:
-		return "auto"
 	}
+	return "exclusive"
 }
 
-// ConsumeOptions are subscription settings. In a Subscription's Options and
-// in the URL they have the keys given on each field; durations are Go
-// durations ("1500ms", "30s").
-type ConsumeOptions struct {
-	// Mode: key mode = auto | shared | exclusive. Default auto.
-	Mode Mode
-	// Count is XREADGROUP COUNT, per stream, and the XAUTOCLAIM COUNT.
-	// Default 100, and at most Subscription.MaxInFlight when set. Key count.
-	Count int
-	// Block is XREADGROUP BLOCK: how long one read waits for new entries.
-	// It also bounds how long Close waits for a read in progress. Default
-	// 1s. Key block.
-	Block time.Duration
-	// ClaimIdle is the lease on a delivered entry: an entry pending this
-	// long without a refresh is taken over (XAUTOCLAIM) by a member of the
-	// group. Default 30s. Key claim_idle.
-	ClaimIdle time.Duration
-	// ClaimInterval is how often a member looks for entries to take over.
-	// Default 1s. Key claim_interval.
-	ClaimInterval time.Duration
-	// MaxExtend bounds the automatic heartbeat: an unsettled entry's lease
-	// is refreshed for at most this long after it was received (Extend can
-	// go further). Default 1h. Key max_extend.
-	MaxExtend time.Duration
-	// Lease is the time to live of a shard lease and of a member's
-	// registration (ModeExclusive). A member that stops renewing loses its
-	// streams after at most Lease. Default 10s. Key lease.
-	Lease time.Duration
-	// MaxDeliveries, when positive, moves an entry to the dead-letter
-	// stream once it has been delivered MaxDeliveries times without an ack,
-	// instead of delivering it again. Default 0 (never). Key max_deliveries.
-	MaxDeliveries int
-	// DeadLetter names the dead-letter stream for MaxDeliveries; "{topic}"
-	// is replaced by the topic. Default "{topic}.dlq". Key dead_letter.
-	DeadLetter string
+// ConsumeMode sets how the members of a group share a topic, overriding
+// [ModeExclusive]. URL and Subscription.Options key mode (exclusive or
+// shared).
+func ConsumeMode(m Mode) Option {
+	return optionFunc(func(c *config) {
+		if m != ModeExclusive && m != ModeShared {
+			c.fail("ConsumeMode(%d): want ModeExclusive or ModeShared", int(m))
+			return
+		}
+		c.consume.mode = m
+	})
 }
 
-// consumeKeys are the keys of ConsumeOptions, in the URL and in
-// Subscription.Options.
-var consumeKeys = []string{"mode", "count", "block", "claim_idle", "claim_interval", "max_extend", "lease", "max_deliveries", "dead_letter"}
-
-// transportKeys are the URL keys of the transport itself.
-var transportKeys = []string{"pool_size", "client_name", "skip_verify", "max_payload", "maxlen", "retention", "shards"}
-
-// withDefaults fills the zero fields of c.
-func (c ConsumeOptions) withDefaults() ConsumeOptions {
-	if c.Count == 0 {
-		c.Count = DefaultCount
-	}
-	if c.Block == 0 {
-		c.Block = DefaultBlock
-	}
-	if c.ClaimIdle == 0 {
-		c.ClaimIdle = DefaultClaimIdle
-	}
-	if c.ClaimInterval == 0 {
-		c.ClaimInterval = DefaultClaimInterval
-	}
-	if c.MaxExtend == 0 {
-		c.MaxExtend = DefaultMaxExtend
-	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.DeadLetter == "" {
-		c.DeadLetter = "{topic}.dlq"
-	}
-	return c
+// Count sets XREADGROUP COUNT, per stream, and the XAUTOCLAIM COUNT,
+// overriding the default of 100; Subscription.MaxInFlight lowers it. It
+// also bounds an XACK: acks coalesce up to n IDs. n must be positive. Key
+// count.
+func Count(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 {
+			c.fail("Count(%d): want 1 or more", n)
+			return
+		}
+		c.consume.count = n
+	})
 }
 
-func (c ConsumeOptions) validate() error {
-	switch {
-	case c.Mode < ModeAuto || c.Mode > ModeExclusive:
-		return invalid("mode %d", c.Mode)
-	case c.Count < 0:
-		return invalid("count %d must be positive", c.Count)
-	case c.Block < 0 || (c.Block > 0 && c.Block < time.Millisecond):
-		return invalid("block %v must be at least 1ms", c.Block)
-	case c.ClaimIdle < 0 || (c.ClaimIdle > 0 && c.ClaimIdle < 10*time.Millisecond):
-		return invalid("claim_idle %v must be at least 10ms", c.ClaimIdle)
-	case c.ClaimInterval < 0:
-		return invalid("claim_interval %v must be positive", c.ClaimInterval)
-	case c.MaxExtend < 0:
-		return invalid("max_extend %v must be positive", c.MaxExtend)
-	case c.Lease < 0 || (c.Lease > 0 && c.Lease < 100*time.Millisecond):
-		return invalid("lease %v must be at least 100ms", c.Lease)
-	case c.MaxDeliveries < 0:
-		return invalid("max_deliveries %d must not be negative", c.MaxDeliveries)
-	}
-	return nil
+// Block sets XREADGROUP BLOCK, how long one read waits for new entries,
+// overriding the default of 1s. It also bounds how long Close waits for a
+// read in progress. d must be at least 1ms. Key block.
+func Block(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < time.Millisecond {
+			c.fail("Block(%v): want 1ms or more", d)
+			return
+		}
+		c.consume.block = d
+	})
 }
 
-// apply sets the options named in kv (URL query values or
-// Subscription.Options) on c.
-func (c *ConsumeOptions) apply(kv map[string]string) error {
-	for k, v := range kv {
-		var err error
-		switch k {
-		case "mode":
-			switch v {
-			case "auto":
-				c.Mode = ModeAuto
-			case "shared":
-				c.Mode = ModeShared
-			case "exclusive":
-				c.Mode = ModeExclusive
-			default:
-				err = fmt.Errorf("want auto, shared or exclusive")
-			}
-		case "count":
-			c.Count, err = positiveInt(v)
-		case "block":
-			c.Block, err = duration(v)
-		case "claim_idle":
-			c.ClaimIdle, err = duration(v)
-		case "claim_interval":
-			c.ClaimInterval, err = duration(v)
-		case "max_extend":
-			c.MaxExtend, err = duration(v)
-		case "lease":
-			c.Lease, err = duration(v)
-		case "max_deliveries":
-			c.MaxDeliveries, err = strconv.Atoi(v)
-		case "dead_letter":
-			c.DeadLetter = v
-		default:
-			continue
+// ClaimIdle sets the lease on a delivered entry, overriding the default of
+// 30s: an entry pending this long without a refresh is taken over
+// (XAUTOCLAIM) by a member of the group. d must be at least 10ms. Key
+// claim_idle.
+func ClaimIdle(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 10*time.Millisecond {
+			c.fail("ClaimIdle(%v): want 10ms or more", d)
+			return
 		}
-		if err != nil {
-			return invalid("%s=%q: %v", k, v, err)
-		}
-	}
-	return nil
+		c.consume.claimIdle = d
+	})
 }
 
-func positiveInt(v string) (int, error) {
-	n, err := strconv.Atoi(v)
-	if err == nil && n <= 0 {
-		err = fmt.Errorf("must be positive")
-	}
-	return n, err
+// ClaimInterval sets how often a member looks for entries to take over,
+// overriding the default of 1s. d must be positive. Key claim_interval.
+func ClaimInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d <= 0 {
+			c.fail("ClaimInterval(%v): want a positive duration", d)
+			return
+		}
+		c.consume.claimInterval = d
+	})
 }
 
-func duration(v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if err == nil && d <= 0 {
-		err = fmt.Errorf("must be positive")
-	}
-	return d, err
+// MaxExtend bounds the automatic heartbeat: an unsettled entry's lease is
+// refreshed for at most d after it was received ([transport.Extender] can
+// go further), overriding the default of 1h. d must be positive. Key
+// max_extend.
+func MaxExtend(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d <= 0 {
+			c.fail("MaxExtend(%v): want a positive duration", d)
+			return
+		}
+		c.consume.maxExtend = d
+	})
 }
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: redisstream: %s", transport.ErrInvalidOption, fmt.Sprintf(format, args...))
+// Lease sets the time to live of a shard lease and of a member's
+// registration (exclusive mode), overriding the default of 10s. A member
+// that stops renewing loses its streams after at most d, and a standby
+// takes them over. d must be at least 100ms. Key lease.
+func Lease(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 100*time.Millisecond {
+			c.fail("Lease(%v): want 100ms or more", d)
+			return
+		}
+		c.consume.lease = d
+	})
 }
 
-// optionsFromURL parses a redis:// or rediss:// URL into Options.
-func optionsFromURL(u *url.URL) (Options, error) {
-	var o Options
-	switch strings.ToLower(u.Scheme) {
-	case "redis":
-	case "rediss":
-		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
-	default:
-		return o, invalid("scheme %q: want redis or rediss", u.Scheme)
-	}
-	if u.Opaque != "" {
-		return o, invalid("URL must be redis://[user[:password]@]host[:port][/db]")
-	}
-	o.Addr = u.Host
-	if u.Host != "" && u.Port() == "" {
-		o.Addr = u.Host + ":6379"
-	}
-	if u.User != nil {
-		o.Username = u.User.Username()
-		o.Password, _ = u.User.Password()
-		if _, hasPw := u.User.Password(); !hasPw {
-			// redis://secret@host: a lone user info is the password, as
-			// with go-redis and redis-cli -u.
-			o.Username, o.Password = "", u.User.Username()
+// MaxDeliveries, when n is positive, moves an entry to the subscription's
+// DLQ once it has been delivered n times without an ack, instead of
+// delivering it again (Semantics.NativeDLQ); 0, the default, never does.
+// It protects against a message that crashes the consumer before any
+// middleware runs. Key max_deliveries.
+func MaxDeliveries(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 0 {
+			c.fail("MaxDeliveries(%d): want 0 (off) or more", n)
+			return
 		}
-	}
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		db, err := strconv.Atoi(p)
-		if err != nil || db < 0 {
-			return o, invalid("path %q: want a database number", u.Path)
-		}
-		o.DB = db
-	}
-	q := u.Query()
-	kv := make(map[string]string, len(q))
-	for k, vs := range q {
-		if len(vs) != 1 {
-			return o, invalid("query key %q given %d times", k, len(vs))
-		}
-		kv[k] = vs[0]
-	}
-	if err := transport.UnknownKeys("redis", kv, append(append([]string{}, transportKeys...), consumeKeys...)...); err != nil {
-		return o, err
-	}
-	for k, v := range kv {
-		var err error
-		switch k {
-		case "pool_size":
-			o.PoolSize, err = positiveInt(v)
-		case "client_name":
-			o.ClientName = v
-		case "skip_verify":
-			var b bool
-			b, err = strconv.ParseBool(v)
-			if err == nil && b {
-				if o.TLS == nil {
-					err = fmt.Errorf("only with rediss://")
-				} else {
-					o.TLS.InsecureSkipVerify = true
-				}
-			}
-		case "max_payload":
-			o.MaxPayload, err = positiveInt(v)
-		case "maxlen":
-			o.Topic.MaxLen, err = strconv.ParseInt(v, 10, 64)
-			if err == nil && o.Topic.MaxLen == 0 {
-				o.Topic.MaxLen = -1 // maxlen=0 in a URL means no trimming
-			}
-		case "retention":
-			o.Topic.Retention, err = duration(v)
-		case "shards":
-			o.Topic.Shards, err = strconv.Atoi(v)
-			if err == nil && (o.Topic.Shards < 0 || o.Topic.Shards > 1024) {
-				err = fmt.Errorf("want 0 to 1024")
-			}
-		}
-		if err != nil {
-			return o, invalid("%s=%q: %v", k, v, err)
-		}
-	}
-	if err := o.Consume.apply(kv); err != nil {
-		return o, err
-	}
-	return o, nil
+		c.consume.maxDeliveries = n
+	})
 }
 
-// topicOptions returns the resolved settings of topic.
-func (o *Options) topicOptions(topic string) TopicOptions {
-	r := o.Topic
-	if t, ok := o.Topics[topic]; ok {
-		if t.MaxLen != 0 {
-			r.MaxLen = t.MaxLen
+// DeadLetter names the DLQ stream of a subscription, "{topic}" replaced by
+// its topic, overriding the default rule of [transport.DLQName] (the group
+// and ".dlq"). [Transport.DLQName] returns it, so the dead-letter
+// middleware, [MaxDeliveries] and [Transport.ListDLQ] agree. Key
+// dead_letter.
+func DeadLetter(name string) Option {
+	return optionFunc(func(c *config) {
+		if name == "" {
+			c.fail("DeadLetter(\"\"): want a stream name")
+			return
 		}
-		if t.Retention != 0 {
-			r.Retention = t.Retention
-		}
-		if t.Shards != 0 {
-			r.Shards = t.Shards
-		}
-	}
-	if r.MaxLen == 0 {
-		r.MaxLen = DefaultMaxLen
-	}
-	if r.Shards < 0 {
-		r.Shards = 0
-	}
-	return r
-}
-
-func (o *Options) validate() error {
-	if o.PoolSize < 0 {
-		return invalid("pool_size %d", o.PoolSize)
-	}
-	if o.DB < 0 {
-		return invalid("db %d", o.DB)
-	}
-	if o.MaxPayload < 0 {
-		return invalid("max_payload %d", o.MaxPayload)
-	}
-	check := func(name string, t TopicOptions) error {
-		if t.Retention < 0 {
-			return invalid("topic %q: retention %v", name, t.Retention)
-		}
-		if t.Shards > 1024 {
-			return invalid("topic %q: shards %d: at most 1024", name, t.Shards)
-		}
-		return nil
-	}
-	if err := check("(default)", o.Topic); err != nil {
-		return err
-	}
-	for name, t := range o.Topics {
-		if err := check(name, t); err != nil {
-			return err
-		}
-	}
-	return o.Consume.validate()
+		c.consume.deadLetter = name
+	})
 }

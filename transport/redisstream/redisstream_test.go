@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,25 +28,124 @@ func recvAck(t *testing.T, st transport.Stream) *handler.Message {
 	return d.Message()
 }
 
-// TestURLOptions: unknown keys and bad values are ErrInvalidOption.
+// TestURLOptions: unknown keys, keys given twice and bad values are
+// ErrInvalidOption, and the error names the key or the option without
+// echoing the URL's secrets.
 func TestURLOptions(t *testing.T) {
 	for _, u := range []string{
 		"redis://127.0.0.1:6379?nope=1",
-		"redis://127.0.0.1:6379?shards=-1",
+		"redis://127.0.0.1:6379?shards=0",
+		"redis://127.0.0.1:6379?shards=1025",
+		"redis://127.0.0.1:6379?count=1&count=2",
 		"redis://127.0.0.1:6379?claim_idle=fast",
+		"redis://127.0.0.1:6379?claim_idle=1ms",
 		"redis://127.0.0.1:6379/x",
 		"redis://127.0.0.1:6379?skip_verify=true",
-		"redis://127.0.0.1:6379?mode=sideways",
+		"redis://127.0.0.1:6379?mode=auto",
+		"redis://127.0.0.1:6379?maxlen=-1",
+		"redis://127.0.0.1:6379?lease=10ms",
 	} {
 		if _, err := transport.Open(context.Background(), u); !errors.Is(err, transport.ErrInvalidOption) {
 			t.Errorf("Open(%s) = %v; want ErrInvalidOption", u, err)
 		}
+		if _, err := redisstream.New(context.Background(), u); !errors.Is(err, transport.ErrInvalidOption) {
+			t.Errorf("New(%s) = %v; want ErrInvalidOption", u, err)
+		}
+	}
+	if _, err := redisstream.New(context.Background(), "http://127.0.0.1:6379"); !errors.Is(err, transport.ErrInvalidOption) {
+		t.Errorf("New(http://…) = %v; want ErrInvalidOption", err)
+	}
+	_, err := redisstream.New(context.Background(), "redis://u:hunter2@127.0.0.1:6379?count=0&client_name=s3cret")
+	if !errors.Is(err, transport.ErrInvalidOption) || !strings.Contains(err.Error(), "Count(0)") ||
+		strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("New with count=0 = %v; want ErrInvalidOption naming Count(0), without the password or the query", err)
+	}
+	for name, opt := range map[string]redisstream.Option{
+		"nil": nil, "WithLogger(nil)": redisstream.WithLogger(nil), "Shards(0)": redisstream.Shards(0),
+		"ConsumeMode(7)": redisstream.ConsumeMode(7), "TLSConfig(nil)": redisstream.TLSConfig(nil),
+		"SkipVerify without TLS": redisstream.SkipVerify(true),
+	} {
+		if _, err := redisstream.New(context.Background(), "redis://127.0.0.1:6379", opt); !errors.Is(err, transport.ErrInvalidOption) {
+			t.Errorf("New with %s = %v; want ErrInvalidOption", name, err)
+		}
 	}
 	requireShared(t)
 	tr := open(t, "redis://"+sharedAddr)
-	_, err := tr.Subscribe(context.Background(), transport.Subscription{Topic: "x", Options: map[string]string{"bogus": "1"}})
-	if !errors.Is(err, transport.ErrInvalidOption) {
-		t.Errorf("Subscribe with an unknown option = %v; want ErrInvalidOption", err)
+	for _, opts := range []map[string]string{{"bogus": "1"}, {"shards": "4"}, {"count": "0"}, {"mode": "sideways"}} {
+		_, err := tr.Subscribe(context.Background(), transport.Subscription{Topic: "x", Options: opts})
+		if !errors.Is(err, transport.ErrInvalidOption) {
+			t.Errorf("Subscribe with Options %v = %v; want ErrInvalidOption", opts, err)
+		}
+		if _, err := tr.Declare(transport.Subscription{Topic: "x", Options: opts}); !errors.Is(err, transport.ErrInvalidOption) {
+			t.Errorf("Declare with Options %v = %v; want ErrInvalidOption", opts, err)
+		}
+	}
+}
+
+// TestTypedOptionsOverrideURL: an Option given to New applies after the
+// URL's keys.
+func TestTypedOptionsOverrideURL(t *testing.T) {
+	requireShared(t)
+	tr, err := redisstream.New(context.Background(), "redis://"+sharedAddr+"?shards=4&max_payload=10&mode=shared",
+		redisstream.Shards(2), redisstream.MaxPayload(20), redisstream.ConsumeMode(redisstream.ModeExclusive))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close(context.Background())
+	sem, err := tr.Declare(transport.Subscription{Topic: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sem.MaxPayload != 20 || sem.Ordering != transport.OrderPerKey {
+		t.Errorf("MaxPayload %d, Ordering %v; want 20 and per-key (2 shards, exclusive)", sem.MaxPayload, sem.Ordering)
+	}
+}
+
+// TestDeclare: Declare(sub) is what the stream Subscribe(sub) opens
+// declares, for every shape: the default URL keeps order per topic, shards
+// per key, and mode=shared declares none and names the setting that would
+// keep it.
+func TestDeclare(t *testing.T) {
+	requireShared(t)
+	for _, c := range []struct {
+		name, query string
+		opts        map[string]string
+		want        transport.Ordering
+	}{
+		{"Default", "", nil, transport.OrderPerTopic},
+		{"Sharded", "shards=3&", nil, transport.OrderPerKey},
+		{"SharedURL", "mode=shared&", nil, transport.OrderNone},
+		{"SharedOption", "", map[string]string{"mode": "shared"}, transport.OrderNone},
+		{"ExclusiveOverShardedShared", "shards=3&mode=shared&", map[string]string{"mode": "exclusive"}, transport.OrderPerKey},
+		{"MaxDeliveries", "", map[string]string{"max_deliveries": "4", "count": "7"}, transport.OrderPerTopic},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			topic := uniq("declare")
+			cleanupKeys(t, sharedAddr, topic)
+			tr := open(t, "redis://"+sharedAddr+"?"+c.query+fast)
+			sub := transport.Subscription{Topic: topic, Group: "g", Options: c.opts}
+			declared, err := tr.Declare(sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := tr.Subscribe(context.Background(), sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close(context.Background())
+			if got := st.Semantics(); got != declared {
+				t.Errorf("Declare = %+v\nstream  = %+v", declared, got)
+			}
+			if declared.Ordering != c.want {
+				t.Errorf("Ordering = %v, want %v", declared.Ordering, c.want)
+			}
+			if (declared.Ordering == transport.OrderNone) != (declared.OrderingHint != "") {
+				t.Errorf("Ordering %v with OrderingHint %q: a hint is given exactly when order is not kept", declared.Ordering, declared.OrderingHint)
+			}
+			if declared.NativeDLQ != (c.opts["max_deliveries"] != "") {
+				t.Errorf("NativeDLQ = %v", declared.NativeDLQ)
+			}
+		})
 	}
 }
 
@@ -131,14 +231,15 @@ func TestExclusiveHandover(t *testing.T) {
 	}
 }
 
-// TestExclusivePerTopic: mode=exclusive on one stream is a single active
-// consumer: a second member gets nothing while the first is alive, and
-// takes over, in order, when it leaves.
-func TestExclusivePerTopic(t *testing.T) {
+// TestDefaultSingleActiveConsumer: on the default URL a topic is one
+// stream read by one member of a group at a time: a second member gets
+// nothing while the first is alive, and takes over, in order, when it
+// leaves.
+func TestDefaultSingleActiveConsumer(t *testing.T) {
 	requireShared(t)
 	topic := uniq("single")
 	cleanupKeys(t, sharedAddr, topic)
-	url := "redis://" + sharedAddr + "?mode=exclusive&" + fast
+	url := "redis://" + sharedAddr + "?" + fast
 	pub := open(t, url)
 	sub := transport.Subscription{Topic: topic, Group: "g"}
 	stA, err := open(t, url).Subscribe(context.Background(), sub)
@@ -273,37 +374,37 @@ func TestDeadLetters(t *testing.T) {
 	}
 }
 
-// TestExtendKeepsLease: with claim_idle 300ms, a delivery held for 1.5s
-// by its (live) member is not taken over by another member, thanks to the
-// heartbeat; once the holder dies without acking, the other takes it.
+// TestExtendKeepsLease: in a shared group with claim_idle 300ms, a
+// delivery held for 1.5s by its (live) member is not taken over by another
+// member, thanks to the heartbeat. Once the holder is cut off from Redis
+// (a proxy between them drops every connection), the other takes it; when
+// the first comes back, its Extend and Ack report the lease lost
+// (ErrLeaseLost, which is transport.ErrRevoked) and do nothing.
 func TestExtendKeepsLease(t *testing.T) {
 	requireShared(t)
 	topic := uniq("lease")
 	cleanupKeys(t, sharedAddr, topic)
-	url := "redis://" + sharedAddr + "?claim_idle=300ms&claim_interval=50ms&block=100ms"
+	const query = "?mode=shared&claim_idle=300ms&claim_interval=50ms&block=100ms"
 	sub := transport.Subscription{Topic: topic, Group: "g"}
-	b := open(t, url)
-	// a is closed under itself below, as if its process died: no cleanup.
-	at, err := transport.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := at.(*redisstream.Transport)
+	b := open(t, "redis://"+sharedAddr+query)
+	px := startProxy(t, sharedAddr)
+	a := open(t, "redis://"+px.addr()+query)
 	stA, err := a.Subscribe(context.Background(), sub)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = stA.Close(context.Background()) }) // stops its loops; errors expected
 	if err := b.Publish(context.Background(), &handler.Message{ID: "slow", Topic: topic, Payload: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	d, err := stA.Receive(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stB, err := b.Subscribe(context.Background(), sub)
+	subB := sub
+	subB.Consumer = "member-b"
+	stB, err := b.Subscribe(context.Background(), subB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,18 +416,29 @@ func TestExtendKeepsLease(t *testing.T) {
 	if err := d.(transport.Extender).Extend(ctx, 0); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
-	// A's process dies: its heartbeat stops (simulated by closing the
-	// connection pool under it without releasing).
-	_ = a.Client().Close()
+	px.cut() // A's heartbeat no longer reaches Redis
 	got, err := stB.Receive(ctx)
 	if err != nil {
-		t.Fatalf("B never took over the dead member's entry: %v", err)
+		t.Fatalf("B never took over the cut-off member's entry: %v", err)
 	}
 	if got.Message().ID != "slow" || got.Message().Attempt() != 2 {
 		t.Errorf("B got %q attempt %d; want slow, attempt 2", got.Message().ID, got.Message().Attempt())
 	}
-	_ = got.Ack(ctx)
-	if err := d.(transport.Extender).Extend(ctx, 0); err == nil {
-		t.Errorf("Extend after the entry moved to B succeeded; want an error")
+	px.restore()
+	err = d.(transport.Extender).Extend(ctx, 0)
+	if !errors.Is(err, transport.ErrRevoked) || !errors.Is(err, redisstream.ErrLeaseLost) {
+		t.Errorf("Extend after the entry moved to B = %v; want ErrLeaseLost, which is transport.ErrRevoked", err)
+	}
+	if err := d.Ack(ctx); !errors.Is(err, transport.ErrRevoked) {
+		t.Errorf("Ack after the entry moved to B = %v; want transport.ErrRevoked", err)
+	}
+	// A's Ack sent nothing (Close flushes what was queued): B's delivery
+	// is still pending until B acks it.
+	_ = stA.Close(ctx)
+	if p, err := b.Client().XPending(ctx, topic, "g").Result(); err != nil || p.Count != 1 || p.Consumers["member-b"] != 1 {
+		t.Errorf("pending after A's revoked Ack: %+v, %v; want B's entry still pending", p, err)
+	}
+	if err := got.Ack(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -7,17 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
 	"os"
-	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -27,39 +24,33 @@ const (
 	SchemeTLS = "rediss"
 )
 
-// ErrLeaseLost is returned (wrapped) by Extend when the entry is no longer
-// pending for this consumer: another member took it over after its lease
-// ran out, or it was acked or trimmed. The handler's work may be repeated
-// elsewhere; finishing it is still safe, as consumers dedupe.
-var ErrLeaseLost = errors.New("redisstream: entry no longer owned by this consumer")
+// ErrLeaseLost is returned (wrapped) by Extend, Ack and Nack on a delivery
+// whose entry is no longer pending for this consumer: another member took
+// it over after its lease ran out. It wraps [transport.ErrRevoked]. The
+// handler's work may be repeated elsewhere; finishing it is still safe, as
+// consumers dedupe.
+var ErrLeaseLost = fmt.Errorf("redisstream: entry no longer owned by this consumer: %w", transport.ErrRevoked)
 
-func init() {
-	transport.Register(Scheme, URLOpener{})
-	transport.Register(SchemeTLS, URLOpener{})
-}
+// connectTimeout bounds the PING of [New] when ctx has a later deadline
+// or none.
+const connectTimeout = 10 * time.Second
 
-// URLOpener opens redis:// and rediss:// URLs; see the package doc for the
-// query keys.
-type URLOpener struct{}
-
-// OpenURL opens a Transport from u.
-func (URLOpener) OpenURL(ctx context.Context, u *url.URL) (transport.Transport, error) {
-	o, err := optionsFromURL(u)
-	if err != nil {
-		return nil, err
-	}
-	return New(ctx, o)
-}
-
-// Transport is a connection to one Redis server (a go-redis client with its
-// pool) that publishes to and subscribes on streams. It implements
-// [transport.Transport], [transport.BatchPublisher],
-// [transport.DeadLetters] and [transport.LagReporter]. All methods may be
-// called concurrently.
+// Transport is a connection to one Redis server that publishes to and
+// subscribes on streams. It implements [transport.Transport],
+// [transport.Declarer], [transport.BatchPublisher],
+// [transport.DeadLetters], [transport.DLQNamer] and
+// [transport.LagReporter]. All methods may be called concurrently.
 type Transport struct {
-	c    *goredis.Client
-	opts Options
-	log  *slog.Logger
+	// c carries publishes, acks, leases and operator calls; go-redis
+	// retries its commands on a broken connection.
+	c *goredis.Client
+	// rc carries the commands that move entries into a consumer's pending
+	// list (XREADGROUP, XAUTOCLAIM) and never retries them, so that a lost
+	// reply surfaces as an error and the stream re-reads its own pending
+	// entries before new ones (fetch.go).
+	rc  *goredis.Client
+	cfg config
+	log *slog.Logger
 
 	rr     atomic.Uint32 // round robin over shards for keyless messages
 	closed atomic.Bool
@@ -71,37 +62,46 @@ type Transport struct {
 	deadLettered atomic.Int64
 }
 
-// New connects to Redis with o and checks the connection with PING, bounded
-// by ctx. Invalid options are an error wrapping [transport.ErrInvalidOption].
-func New(ctx context.Context, o Options) (*Transport, error) {
-	if err := o.validate(); err != nil {
+// New connects to the Redis server of rawURL (redis://… or rediss://…; see
+// the package doc for its query keys), applies opts after the URL's keys,
+// and checks the connection with PING, bounded by ctx and by 10s. A bad
+// URL or option returns an error wrapping [transport.ErrInvalidOption]
+// that names it; nothing is reported later.
+func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
+	cfg, err := parse(rawURL, opts)
+	if err != nil {
 		return nil, err
 	}
-	if o.Addr == "" {
-		o.Addr = DefaultAddr
-	}
-	if o.MaxPayload == 0 {
-		o.MaxPayload = DefaultMaxPayload
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	o.Consume = o.Consume.withDefaults()
-	c := goredis.NewClient(&goredis.Options{
-		Addr:       o.Addr,
-		Username:   o.Username,
-		Password:   o.Password,
-		DB:         o.DB,
-		PoolSize:   o.PoolSize,
-		TLSConfig:  o.TLS,
-		ClientName: o.ClientName,
-		Protocol:   2,
-	})
-	if err := c.Ping(ctx).Err(); err != nil {
+	c := goredis.NewClient(cfg.clientOptions(0))
+	rc := goredis.NewClient(cfg.clientOptions(-1))
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("redisstream: connect %s: %w", o.Addr, err)
+		_ = rc.Close()
+		tlsNote := ""
+		if cfg.tls != nil {
+			tlsNote = " with TLS"
+		}
+		return nil, fmt.Errorf("redisstream: connect to %s%s: %w", cfg.addr, tlsNote, err)
 	}
-	return &Transport{c: c, opts: o, log: o.Logger, streams: make(map[*stream]struct{})}, nil
+	return &Transport{c: c, rc: rc, cfg: cfg, log: cfg.log, streams: make(map[*stream]struct{})}, nil
+}
+
+// clientOptions returns go-redis options for cfg; maxRetries 0 is
+// go-redis's default, -1 no retry.
+func (cfg *config) clientOptions(maxRetries int) *goredis.Options {
+	return &goredis.Options{
+		Addr:       cfg.addr,
+		Username:   cfg.username,
+		Password:   cfg.password,
+		DB:         cfg.db,
+		PoolSize:   cfg.poolSize,
+		TLSConfig:  cfg.tls,
+		ClientName: cfg.clientName,
+		Protocol:   2,
+		MaxRetries: maxRetries,
+	}
 }
 
 // Client returns the underlying go-redis client, for operations this
@@ -114,8 +114,7 @@ type Stats struct {
 	// or MINID, or XDELed) when a member tried to take them over; Redis
 	// drops them from the pending list and they are never delivered again.
 	Trimmed int64
-	// DeadLettered counts entries moved to a dead-letter stream after
-	// MaxDeliveries.
+	// DeadLettered counts entries moved to a DLQ after MaxDeliveries.
 	DeadLettered int64
 }
 
@@ -126,10 +125,7 @@ func (t *Transport) Stats() Stats {
 
 // streamsOf returns the stream keys of a logical topic.
 func (t *Transport) streamsOf(topic string) []string {
-	n := t.opts.topicOptions(topic).Shards
-	if n == 0 {
-		return []string{topic}
-	}
+	n := t.cfg.shards
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = StreamKey(topic, n, i)
@@ -137,113 +133,65 @@ func (t *Transport) streamsOf(topic string) []string {
 	return keys
 }
 
-// xaddArgs builds the XADD of m, with the topic's trimming and shard.
-func (t *Transport) xaddArgs(m *handler.Message) (*goredis.XAddArgs, error) {
-	if m.Topic == "" {
-		return nil, invalid("publish: empty topic")
+// Declare returns the Semantics that Subscribe(sub) would declare, without
+// touching Redis, or an error wrapping [transport.ErrInvalidOption] for a
+// sub that Subscribe would refuse.
+func (t *Transport) Declare(sub transport.Subscription) (transport.Semantics, error) {
+	if sub.Topic == "" {
+		return transport.Semantics{}, fmt.Errorf("%w: redisstream: subscribe: empty topic", transport.ErrInvalidOption)
 	}
-	if len(m.Payload) > t.opts.MaxPayload {
-		return nil, fmt.Errorf("redisstream: publish %q: payload of %d bytes, max_payload %d: %w",
-			m.Topic, len(m.Payload), t.opts.MaxPayload, transport.ErrTooLarge)
-	}
-	vals, err := encode(m)
+	cc, err := t.subscriptionConfig(sub)
 	if err != nil {
-		return nil, err
+		return transport.Semantics{}, err
 	}
-	to := t.opts.topicOptions(m.Topic)
-	a := &goredis.XAddArgs{Stream: m.Topic, Values: vals, Approx: true}
-	if to.Shards > 0 {
-		var i int
-		if m.Key != "" {
-			i = ShardOf(m.Key, to.Shards)
-		} else {
-			i = int(t.rr.Add(1) % uint32(to.Shards))
-		}
-		a.Stream = StreamKey(m.Topic, to.Shards, i)
-	}
-	switch {
-	case to.Retention > 0:
-		a.MinID = strconv.FormatInt(time.Now().Add(-to.Retention).UnixMilli(), 10)
-	case to.MaxLen > 0:
-		a.MaxLen = to.MaxLen
-	}
-	return a, nil
+	return t.semantics(cc), nil
 }
 
-// Publish appends m to its topic's stream (XADD … MAXLEN ~ n * fields) and
-// returns when Redis has replied. An error reply means nothing was written;
-// a lost connection, a timeout or ctx ending after the command was sent
-// returns an error wrapping [transport.ErrUnknownOutcome].
-func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
-	if t.closed.Load() {
-		return transport.ErrClosed
+// orderingHint is what Semantics.OrderingHint says in shared mode.
+const orderingHint = "mode=exclusive (the default: one active member per stream), with shards=N for N active members"
+
+// semantics is what a stream with cc declares.
+func (t *Transport) semantics(cc consumeConfig) transport.Semantics {
+	ordering, hint := transport.OrderNone, orderingHint
+	wait := cc.claimInterval
+	if cc.mode == ModeExclusive {
+		ordering, hint = transport.OrderPerKey, ""
+		if t.cfg.shards == 1 {
+			ordering = transport.OrderPerTopic
+		}
+		wait = max(wait, leaseTick(cc.lease))
 	}
-	a, err := t.xaddArgs(m)
-	if err != nil {
-		return err
+	return transport.Semantics{
+		Transport:       Scheme,
+		Ordering:        ordering,
+		OrderingHint:    hint,
+		Ack:             transport.AckPerMessage,
+		Redelivery:      transport.RedeliverOnNack,
+		NackDelay:       true,
+		Attempts:        true,
+		Extend:          true,
+		NativeDLQ:       cc.maxDeliveries > 0,
+		FanOut:          true,
+		Replay:          true,
+		Headers:         true,
+		MaxPayload:      t.cfg.maxPayload,
+		RedeliveryDelay: wait + cc.block + 250*time.Millisecond,
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("redisstream: publish %q: %w", m.Topic, err)
-	}
-	return publishErr(m.Topic, t.c.XAdd(ctx, a).Err())
 }
 
-// publishErr classifies an XADD error: a Redis error reply or a failed
-// dial is a plain failure; anything else may have left.
-func publishErr(topic string, err error) error {
-	if err == nil {
-		return nil
+// DLQName returns the DLQ stream of sub's group: the [DeadLetter] name
+// (from the URL, the options or sub.Options) with "{topic}" replaced, else
+// the default rule of [transport.DLQName]. A DLQ is a topic like any other,
+// split into the transport's shards.
+func (t *Transport) DLQName(sub transport.Subscription) string {
+	name := t.cfg.consume.deadLetter
+	if cc, err := t.subscriptionConfig(sub); err == nil {
+		name = cc.deadLetter
 	}
-	var rerr goredis.Error
-	var op *net.OpError
-	if errors.As(err, &rerr) || (errors.As(err, &op) && op.Op == "dial") || errors.Is(err, goredis.ErrPoolTimeout) || errors.Is(err, goredis.ErrClosed) {
-		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
+	if name != "" {
+		return strings.ReplaceAll(name, "{topic}", sub.Topic)
 	}
-	return fmt.Errorf("redisstream: publish %q: %w: %w", topic, transport.ErrUnknownOutcome, err)
-}
-
-// PublishBatch publishes msgs in one pipeline (one round trip). It returns
-// nil when every XADD was confirmed, else a *[transport.BatchError] with
-// one entry per message.
-func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
-	if t.closed.Load() {
-		return transport.ErrClosed
-	}
-	errs := make([]error, len(msgs))
-	cmds := make([]*goredis.StringCmd, len(msgs))
-	pipe := t.c.Pipeline()
-	queued := 0
-	for i, m := range msgs {
-		a, err := t.xaddArgs(m)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		cmds[i] = pipe.XAdd(ctx, a)
-		queued++
-	}
-	if queued > 0 {
-		if err := ctx.Err(); err != nil {
-			for i := range cmds {
-				if cmds[i] != nil {
-					errs[i] = fmt.Errorf("redisstream: publish %q: %w", msgs[i].Topic, err)
-				}
-			}
-		} else {
-			_, _ = pipe.Exec(ctx)
-			for i, c := range cmds {
-				if c != nil {
-					errs[i] = publishErr(msgs[i].Topic, c.Err())
-				}
-			}
-		}
-	}
-	for _, err := range errs {
-		if err != nil {
-			return &transport.BatchError{Errs: errs}
-		}
-	}
-	return nil
+	return transport.DLQName(nil, sub) // the default rule: this is no DLQNamer
 }
 
 // Subscribe opens sub: it creates the group on every stream of the topic
@@ -253,28 +201,19 @@ func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) e
 // bounds the opening only.
 //
 // sub.Group defaults to "ferry"; sub.Consumer to a name unique to this
-// stream. sub.Options takes the keys of [ConsumeOptions].
+// stream. sub.Options takes the consume keys (mode, count, block,
+// claim_idle, claim_interval, max_extend, lease, max_deliveries,
+// dead_letter); any other key is an error wrapping
+// [transport.ErrInvalidOption].
 func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (transport.Stream, error) {
 	if t.closed.Load() {
 		return nil, transport.ErrClosed
 	}
-	if sub.Topic == "" {
-		return nil, invalid("subscribe: empty topic")
-	}
-	if err := transport.UnknownKeys("redis", sub.Options, consumeKeys...); err != nil {
+	if _, err := t.Declare(sub); err != nil {
 		return nil, err
 	}
-	cfg := t.opts.Consume
-	if err := cfg.apply(sub.Options); err != nil {
-		return nil, err
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	if sub.MaxInFlight > 0 && cfg.Count > sub.MaxInFlight {
-		cfg.Count = sub.MaxInFlight
-	}
-	s := newStream(t, sub, cfg)
+	cc, _ := t.subscriptionConfig(sub)
+	s := newStream(t, sub, cc)
 	start := "$"
 	if sub.StartAtOldest {
 		start = "0"
@@ -305,7 +244,7 @@ func (t *Transport) forget(s *stream) {
 }
 
 // Close closes every stream opened on t (releasing their unsettled
-// deliveries and flushing their acks), then the connection pool. ctx
+// deliveries and flushing their acks), then the connection pools. ctx
 // bounds the wait. A second Close does nothing and returns nil.
 func (t *Transport) Close(ctx context.Context) error {
 	if !t.closed.CompareAndSwap(false, true) {
@@ -323,161 +262,13 @@ func (t *Transport) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := t.rc.Close(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := t.c.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// Lag reports, per stream of sub's topic, how far sub's group is behind:
-// Messages is the entries not yet delivered to the group (XINFO GROUPS
-// lag, Redis 7) plus those delivered and not yet acked (pending);
-// OldestAge is the age of the oldest of them, from its entry ID. A stream
-// whose lag Redis cannot compute (after XDEL or trimming) counts pending
-// plus the entries after the group's last-delivered ID.
-func (t *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]transport.Lag, error) {
-	group := sub.Group
-	if group == "" {
-		group = DefaultGroup
-	}
-	var out []transport.Lag
-	now := time.Now()
-	for _, key := range t.streamsOf(sub.Topic) {
-		groups, err := t.c.XInfoGroups(ctx, key).Result()
-		if err != nil {
-			return nil, fmt.Errorf("redisstream: lag of %q on %q: %w", group, key, err)
-		}
-		var g *goredis.XInfoGroup
-		for i := range groups {
-			if groups[i].Name == group {
-				g = &groups[i]
-			}
-		}
-		if g == nil {
-			return nil, fmt.Errorf("redisstream: lag: no group %q on stream %q", group, key)
-		}
-		l := transport.Lag{Partition: key}
-		lag := g.Lag
-		if lag < 0 {
-			n, err := t.c.XLen(ctx, key).Result()
-			if err != nil {
-				return nil, fmt.Errorf("redisstream: lag of %q on %q: %w", group, key, err)
-			}
-			// Upper bound: entries after last-delivered cannot exceed the length.
-			after, err := t.c.XRangeN(ctx, key, "("+g.LastDeliveredID, "+", n).Result()
-			if err != nil {
-				return nil, fmt.Errorf("redisstream: lag of %q on %q: %w", group, key, err)
-			}
-			lag = int64(len(after))
-		}
-		l.Messages = lag + g.Pending
-		var oldest string
-		if g.Pending > 0 {
-			p, err := t.c.XPending(ctx, key, group).Result()
-			if err != nil {
-				return nil, fmt.Errorf("redisstream: lag of %q on %q: %w", group, key, err)
-			}
-			oldest = p.Lower
-		} else if lag > 0 {
-			next, err := t.c.XRangeN(ctx, key, "("+g.LastDeliveredID, "+", 1).Result()
-			if err != nil {
-				return nil, fmt.Errorf("redisstream: lag of %q on %q: %w", group, key, err)
-			}
-			if len(next) > 0 {
-				oldest = next[0].ID
-			}
-		}
-		if oldest != "" {
-			if ts := idTime(oldest); !ts.IsZero() && now.After(ts) {
-				l.OldestAge = now.Sub(ts)
-			}
-		}
-		out = append(out, l)
-	}
-	return out, nil
-}
-
-// ListDLQ returns up to limit entries of the dead-letter topic dlq (all its
-// shards, merged by entry ID), oldest first, without removing them.
-func (t *Transport) ListDLQ(ctx context.Context, dlq string, limit int) ([]*handler.Message, error) {
-	if limit <= 0 {
-		limit = 100
-	}
-	var all []goredis.XMessage
-	for _, key := range t.streamsOf(dlq) {
-		ms, err := t.c.XRangeN(ctx, key, "-", "+", int64(limit)).Result()
-		if err != nil {
-			return nil, fmt.Errorf("redisstream: list dlq %q: %w", key, err)
-		}
-		all = append(all, ms...)
-	}
-	sortXMessages(all)
-	if len(all) > limit {
-		all = all[:limit]
-	}
-	out := make([]*handler.Message, len(all))
-	for i, x := range all {
-		out[i] = t.toMessage(dlq, x)
-	}
-	return out, nil
-}
-
-func (t *Transport) toMessage(topic string, x goredis.XMessage) *handler.Message {
-	m := &handler.Message{Topic: topic}
-	decode(m, x.Values)
-	m.SetFacts(handler.Facts{Transport: Scheme, Partition: -1, Offset: -1, BrokerID: x.ID, PublishedAt: idTime(x.ID)})
-	return m
-}
-
-// ReplayDLQ republishes the entries of dlq that r selects, oldest first per
-// shard, each to r.Destination (its original topic by default) without the
-// dead-letter headers, and deletes each from dlq (XDEL) once its publish is
-// confirmed. An entry with no destination is left in place and reported.
-func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Replay) (int, error) {
-	n := 0
-	for _, key := range t.streamsOf(dlq) {
-		start := "-"
-		for {
-			page, err := t.c.XRangeN(ctx, key, start, "+", 100).Result()
-			if err != nil {
-				return n, fmt.Errorf("redisstream: replay dlq %q: %w", key, err)
-			}
-			if len(page) == 0 {
-				break
-			}
-			for _, x := range page {
-				m := t.toMessage(dlq, x)
-				if !r.Selects(m) {
-					continue
-				}
-				dest := r.Destination(m)
-				if dest == "" {
-					return n, fmt.Errorf("redisstream: replay dlq %q: entry %s has no %s header and Replay.To is empty", key, x.ID, transport.HeaderOriginalTopic)
-				}
-				if err := t.Publish(ctx, transport.StripDeadLetterHeaders(m, dest)); err != nil {
-					return n, fmt.Errorf("redisstream: replay dlq %q entry %s: %w", key, x.ID, err)
-				}
-				if err := t.c.XDel(ctx, key, x.ID).Err(); err != nil {
-					return n, fmt.Errorf("redisstream: replay dlq %q: delete %s after republishing it: %w", key, x.ID, err)
-				}
-				n++
-				if r.Limit > 0 && n >= r.Limit {
-					return n, nil
-				}
-			}
-			start = "(" + page[len(page)-1].ID
-		}
-	}
-	return n, nil
-}
-
-func sortXMessages(ms []goredis.XMessage) {
-	// Insertion sort: DLQ pages are small.
-	for i := 1; i < len(ms); i++ {
-		for j := i; j > 0 && compareIDs(ms[j-1].ID, ms[j].ID) > 0; j-- {
-			ms[j-1], ms[j] = ms[j], ms[j-1]
-		}
-	}
 }
 
 // consumerName returns a name unique to one stream of this process.
@@ -490,7 +281,9 @@ func consumerName() string {
 
 var (
 	_ transport.Transport      = (*Transport)(nil)
+	_ transport.Declarer       = (*Transport)(nil)
 	_ transport.BatchPublisher = (*Transport)(nil)
 	_ transport.DeadLetters    = (*Transport)(nil)
+	_ transport.DLQNamer       = (*Transport)(nil)
 	_ transport.LagReporter    = (*Transport)(nil)
 )

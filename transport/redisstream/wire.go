@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -28,7 +29,8 @@ func encode(m *handler.Message) ([]any, error) {
 	}
 	for k, v := range m.Headers {
 		if k == FieldID || k == FieldKey || k == FieldPayload {
-			return nil, invalid("header %q: the name is a reserved stream field", k)
+			return nil, fmt.Errorf("%w: redisstream: publish %q: header %q: the name is a reserved stream field",
+				transport.ErrInvalidOption, m.Topic, k)
 		}
 		vals = append(vals, k, v)
 	}
@@ -111,10 +113,10 @@ func ShardOf(key string, n int) int {
 	return int(h % uint32(n))
 }
 
-// StreamKey returns the Redis key of shard i of topic: the topic itself
-// when it is not sharded (shards 0), else "<topic>:<i>".
-func StreamKey(topic string, shards, i int) string {
-	if shards <= 0 {
+// StreamKey returns the Redis key of shard i of a topic of n shards: the
+// topic itself when n is 1 (the default), else "<topic>:<i>".
+func StreamKey(topic string, n, i int) string {
+	if n <= 1 {
 		return topic
 	}
 	return topic + ":" + strconv.Itoa(i)

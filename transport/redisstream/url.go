@@ -1,0 +1,202 @@
+package redisstream
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ferrymq/ferry/transport"
+)
+
+func init() {
+	transport.Register(Scheme, URLOpener{})
+	transport.Register(SchemeTLS, URLOpener{})
+}
+
+// URL query keys of the transport, each mapping to one [Option].
+const (
+	keyPoolSize   = "pool_size"
+	keyClientName = "client_name"
+	keySkipVerify = "skip_verify"
+	keyMaxPayload = "max_payload"
+	keyMaxLen     = "maxlen"
+	keyRetention  = "retention"
+	keyShards     = "shards"
+)
+
+// Consume keys, in the URL and in Subscription.Options.
+const (
+	keyMode          = "mode"
+	keyCount         = "count"
+	keyBlock         = "block"
+	keyClaimIdle     = "claim_idle"
+	keyClaimInterval = "claim_interval"
+	keyMaxExtend     = "max_extend"
+	keyLease         = "lease"
+	keyMaxDeliveries = "max_deliveries"
+	keyDeadLetter    = "dead_letter"
+)
+
+// URLOpener opens redis:// and rediss:// URLs with [New]; see the package
+// doc for the query keys. The zero value is ready to use.
+type URLOpener struct{}
+
+var _ transport.Opener = URLOpener{}
+
+// OpenURL returns New(ctx, u.String()).
+func (URLOpener) OpenURL(ctx context.Context, u *url.URL) (transport.Transport, error) {
+	return New(ctx, u.String())
+}
+
+// parse reads rawURL's settings into a config, then applies opts: the one
+// path by which [New] and [URLOpener] configure a transport.
+func parse(rawURL string, opts []Option) (config, error) {
+	cfg := defaultConfig()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return cfg, fmt.Errorf("%w: redisstream: cannot parse the URL", transport.ErrInvalidOption)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case Scheme:
+	case SchemeTLS:
+		cfg.tls = &tls.Config{MinVersion: tls.VersionTLS12}
+	default:
+		return cfg, fmt.Errorf("%w: redisstream: scheme %q: want redis or rediss", transport.ErrInvalidOption, u.Scheme)
+	}
+	if u.Opaque != "" {
+		return cfg, fmt.Errorf("%w: redisstream: want redis://[user[:password]@]host[:port][/db]", transport.ErrInvalidOption)
+	}
+	if u.Host != "" {
+		cfg.addr = u.Host
+		if u.Port() == "" {
+			cfg.addr = net.JoinHostPort(u.Hostname(), "6379")
+		}
+	}
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			cfg.username, cfg.password = u.User.Username(), pw
+		} else {
+			// redis://secret@host: a lone user info is the password, as
+			// with go-redis and redis-cli -u.
+			cfg.password = u.User.Username()
+		}
+	}
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		db, err := strconv.Atoi(p)
+		if err != nil || db < 0 {
+			return cfg, fmt.Errorf("%w: redisstream: the path is the database number, as in redis://host/3", transport.ErrInvalidOption)
+		}
+		cfg.db = db
+	}
+	q := transport.ParseQuery(Scheme, u.RawQuery)
+	var fromURL []Option
+	if n, ok := q.Int(keyPoolSize); ok {
+		fromURL = append(fromURL, PoolSize(n))
+	}
+	if s, ok := q.String(keyClientName); ok {
+		fromURL = append(fromURL, ClientName(s))
+	}
+	if b, ok := q.Bool(keySkipVerify); ok {
+		fromURL = append(fromURL, SkipVerify(b))
+	}
+	if n, ok := q.Int(keyMaxPayload); ok {
+		fromURL = append(fromURL, MaxPayload(n))
+	}
+	if n, ok := q.Int(keyMaxLen); ok {
+		fromURL = append(fromURL, MaxLen(int64(n)))
+	}
+	if d, ok := q.Duration(keyRetention); ok {
+		fromURL = append(fromURL, Retention(d))
+	}
+	if n, ok := q.Int(keyShards); ok {
+		fromURL = append(fromURL, Shards(n))
+	}
+	fromURL = append(fromURL, consumeOptions(q)...)
+	if err := q.Err(); err != nil {
+		return cfg, err
+	}
+	for _, o := range fromURL {
+		o.apply(&cfg)
+	}
+	for _, o := range opts {
+		if o == nil {
+			return cfg, fmt.Errorf("%w: redisstream: nil Option", transport.ErrInvalidOption)
+		}
+		o.apply(&cfg)
+	}
+	if cfg.err == nil && cfg.skipVerify {
+		if cfg.tls == nil {
+			cfg.fail("SkipVerify (skip_verify) needs TLS: the rediss scheme or TLSConfig")
+		} else {
+			cfg.tls.InsecureSkipVerify = true
+		}
+	}
+	return cfg, cfg.err
+}
+
+// consumeOptions reads the consume keys of q (a URL's query or a
+// Subscription's Options) as Options.
+func consumeOptions(q *transport.Query) []Option {
+	var opts []Option
+	if s, ok := q.String(keyMode); ok {
+		switch s {
+		case "exclusive":
+			opts = append(opts, ConsumeMode(ModeExclusive))
+		case "shared":
+			opts = append(opts, ConsumeMode(ModeShared))
+		default:
+			q.Fail(keyMode, "want exclusive or shared")
+		}
+	}
+	if n, ok := q.Int(keyCount); ok {
+		opts = append(opts, Count(n))
+	}
+	durations := []struct {
+		key string
+		opt func(time.Duration) Option
+	}{
+		{keyBlock, Block},
+		{keyClaimIdle, ClaimIdle},
+		{keyClaimInterval, ClaimInterval},
+		{keyMaxExtend, MaxExtend},
+		{keyLease, Lease},
+	}
+	for _, k := range durations {
+		if d, ok := q.Duration(k.key); ok {
+			opts = append(opts, k.opt(d))
+		}
+	}
+	if n, ok := q.Int(keyMaxDeliveries); ok {
+		opts = append(opts, MaxDeliveries(n))
+	}
+	if s, ok := q.String(keyDeadLetter); ok {
+		opts = append(opts, DeadLetter(s))
+	}
+	return opts
+}
+
+// subscriptionConfig returns the transport's consume settings with
+// sub.Options applied, or an error wrapping [transport.ErrInvalidOption].
+func (t *Transport) subscriptionConfig(sub transport.Subscription) (consumeConfig, error) {
+	q := transport.OptionsQuery(Scheme, sub.Options)
+	opts := consumeOptions(q)
+	if err := q.Err(); err != nil {
+		return consumeConfig{}, err
+	}
+	c := config{consume: t.cfg.consume}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if c.err != nil {
+		return consumeConfig{}, c.err
+	}
+	if sub.MaxInFlight > 0 && c.consume.count > sub.MaxInFlight {
+		c.consume.count = sub.MaxInFlight
+	}
+	return c.consume, nil
+}
