@@ -2,10 +2,10 @@ package redisstream
 
 import (
 	"fmt"
+	"unsafe"
 	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
@@ -53,10 +53,7 @@ func decode(m *handler.Message, vals map[string]any) {
 		case FieldKey:
 			m.Key = s
 		case FieldPayload:
-			// The reply string is referenced by nothing else: share its
-			// bytes instead of copying them. Payloads are read-only by the
-			// handler contract.
-			m.Payload = unsafe.Slice(unsafe.StringData(s), len(s))
+			m.Payload = replyBytes(s)
 		default:
 			if hdr == nil {
 				hdr = make(map[string]string, len(vals))
@@ -66,6 +63,24 @@ func decode(m *handler.Message, vals map[string]any) {
 	}
 	m.Headers = hdr
 }
+
+// replyBytes returns the bytes of s, a bulk string of a Redis reply,
+// without copying them.
+//
+// Invariant: s was made by go-redis's reply reader, which reads every bulk
+// string into a slice of its own (make per reply, internal/proto
+// readStringReply) and converts it without copying; after decode nothing
+// else refers to it (the XMessage holding it is dropped). So the bytes
+// belong to this Message alone, and they are never written: handlers must
+// not modify Payload in place (handler.Message), and Ferry's middleware
+// copies before changing a message (Clone). Never pass a string from
+// anywhere else (a literal would be read-only memory).
+//
+// Why: copying costs one allocation of the payload's size per message;
+// BenchmarkReplyBytes measures it (1 KiB: 0 allocs and 57-67 ns against 1
+// alloc and 550-1,700 ns on the project's shared 2-core machine), 7% or
+// more of the per-message budget at the raw client's 140,000 msg/s.
+func replyBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // idTime returns the time part of a stream entry ID ("<ms>-<seq>").
 func idTime(id string) time.Time {
