@@ -2,10 +2,10 @@ package redisstream
 
 import (
 	"fmt"
-	"unsafe"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
