@@ -272,13 +272,7 @@ func Count(n int) Option {
 // overriding the default of 1s. It also bounds how long Close waits for a
 // read in progress. d must be at least 1ms. Key block.
 func Block(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < time.Millisecond {
-			c.fail("Block(%v): want 1ms or more", d)
-			return
-		}
-		c.consume.block = d
-	})
+	return consumeDuration("Block", d, time.Millisecond, func(c *consumeConfig) *time.Duration { return &c.block })
 }
 
 // ClaimIdle sets the lease on a delivered entry, overriding the default of
@@ -286,39 +280,22 @@ func Block(d time.Duration) Option {
 // (XAUTOCLAIM) by a member of the group. d must be at least 10ms. Key
 // claim_idle.
 func ClaimIdle(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < 10*time.Millisecond {
-			c.fail("ClaimIdle(%v): want 10ms or more", d)
-			return
-		}
-		c.consume.claimIdle = d
-	})
+	return consumeDuration("ClaimIdle", d, 10*time.Millisecond, func(c *consumeConfig) *time.Duration { return &c.claimIdle })
 }
 
 // ClaimInterval sets how often a member looks for entries to take over,
-// overriding the default of 1s. d must be positive. Key claim_interval.
+// overriding the default of 1s. d must be at least 1ms. Key
+// claim_interval.
 func ClaimInterval(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d <= 0 {
-			c.fail("ClaimInterval(%v): want a positive duration", d)
-			return
-		}
-		c.consume.claimInterval = d
-	})
+	return consumeDuration("ClaimInterval", d, time.Millisecond, func(c *consumeConfig) *time.Duration { return &c.claimInterval })
 }
 
 // MaxExtend bounds the automatic heartbeat: an unsettled entry's lease is
 // refreshed for at most d after it was received ([transport.Extender] can
-// go further), overriding the default of 1h. d must be positive. Key
+// go further), overriding the default of 1h. d must be at least 1ms. Key
 // max_extend.
 func MaxExtend(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d <= 0 {
-			c.fail("MaxExtend(%v): want a positive duration", d)
-			return
-		}
-		c.consume.maxExtend = d
-	})
+	return consumeDuration("MaxExtend", d, time.Millisecond, func(c *consumeConfig) *time.Duration { return &c.maxExtend })
 }
 
 // Lease sets the time to live of a shard lease and of a member's
@@ -326,12 +303,18 @@ func MaxExtend(d time.Duration) Option {
 // that stops renewing loses its streams after at most d, and a standby
 // takes them over. d must be at least 100ms. Key lease.
 func Lease(d time.Duration) Option {
+	return consumeDuration("Lease", d, 100*time.Millisecond, func(c *consumeConfig) *time.Duration { return &c.lease })
+}
+
+// consumeDuration is the Option name(d): it sets the subscription setting
+// that field points to, if d is at least least.
+func consumeDuration(name string, d, least time.Duration, field func(*consumeConfig) *time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d < 100*time.Millisecond {
-			c.fail("Lease(%v): want 100ms or more", d)
+		if d < least {
+			c.fail("%s(%v): want %v or more", name, d, least)
 			return
 		}
-		c.consume.lease = d
+		*field(&c.consume) = d
 	})
 }
 
