@@ -143,13 +143,7 @@ func SkipVerify(skip bool) Option {
 // of the same size, blocked in XREADGROUP. n must be positive. URL key
 // pool_size.
 func PoolSize(n int) Option {
-	return optionFunc(func(c *config) {
-		if n < 1 {
-			c.fail("PoolSize(%d): want 1 or more", n)
-			return
-		}
-		c.poolSize = n
-	})
+	return intAtLeast("PoolSize", n, 1, func(c *config) { c.poolSize = n })
 }
 
 // ClientName is sent with CLIENT SETNAME on every connection, so that
@@ -164,13 +158,7 @@ func ClientName(name string) Option {
 // written. It is Semantics.MaxPayload. n must be positive. URL key
 // max_payload.
 func MaxPayload(n int) Option {
-	return optionFunc(func(c *config) {
-		if n < 1 {
-			c.fail("MaxPayload(%d): want 1 or more", n)
-			return
-		}
-		c.maxPayload = n
-	})
+	return intAtLeast("MaxPayload", n, 1, func(c *config) { c.maxPayload = n })
 }
 
 // MaxLen trims every stream with XADD MAXLEN ~ n on every publish,
@@ -259,13 +247,7 @@ func ConsumeMode(m Mode) Option {
 // also bounds an XACK: acks coalesce up to n IDs. n must be positive. Key
 // count.
 func Count(n int) Option {
-	return optionFunc(func(c *config) {
-		if n < 1 {
-			c.fail("Count(%d): want 1 or more", n)
-			return
-		}
-		c.consume.count = n
-	})
+	return intAtLeast("Count", n, 1, func(c *config) { c.consume.count = n })
 }
 
 // Block sets XREADGROUP BLOCK, how long one read waits for new entries,
@@ -324,12 +306,17 @@ func consumeDuration(name string, d, least time.Duration, field func(*consumeCon
 // It protects against a message that crashes the consumer before any
 // middleware runs. Key max_deliveries.
 func MaxDeliveries(n int) Option {
+	return intAtLeast("MaxDeliveries", n, 0, func(c *config) { c.consume.maxDeliveries = n })
+}
+
+// intAtLeast is the Option name(n): set, if n is at least least.
+func intAtLeast(name string, n, least int, set func(*config)) Option {
 	return optionFunc(func(c *config) {
-		if n < 0 {
-			c.fail("MaxDeliveries(%d): want 0 (off) or more", n)
+		if n < least {
+			c.fail("%s(%d): want %d or more", name, n, least)
 			return
 		}
-		c.consume.maxDeliveries = n
+		set(c)
 	})
 }
 
