@@ -2,174 +2,119 @@ package redisstream
 
 import (
 	"context"
-	"sync"
+	"errors"
+	"fmt"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ferrymq/ferry/internal/batch"
 	"github.com/ferrymq/ferry/transport"
 )
 
-// ackLinger is how long the ack loop waits for more acks after the first
-// one of a batch, unless count IDs arrive sooner.
-const ackLinger = 2 * time.Millisecond
+// Acks coalesce through internal/batch: Ack submits the entry's ID to the
+// stream's batcher and returns; the batcher's goroutine sends one XACK per
+// stream with every ID acked within ackLinger, or as soon as count IDs are
+// queued (pipelined over shards), and Close sends what is queued. A crash
+// before the XACK leaves the entries pending: they are redelivered, never
+// lost.
 
-// acker coalesces a stream's Acks into XACKs: Ack queues the entry ID
-// here, per shard, and the ack loop sends one XACK per stream with every
-// ID queued meanwhile (pipelined over shards). wake wakes the loop when a
-// batch starts and when it reaches count, so that a fast consumer costs
-// one wake-up per XACK, not one per message.
+const (
+	// ackLinger is how long the first ack of a batch waits for more,
+	// unless count IDs arrive sooner.
+	ackLinger = 2 * time.Millisecond
+	// ackTimeout bounds one XACK round trip.
+	ackTimeout = 10 * time.Second
+)
+
+// ackItem is one entry to XACK.
+type ackItem struct {
+	sh *shard
+	id string
+}
+
+// acker sends a stream's XACKs.
 type acker struct {
-	s       *stream
-	mu      sync.Mutex
-	pend    map[*shard][]string
-	n       int
-	closed  bool // the loop made its final flush: acks are refused
-	wake    chan struct{}
-	flushes chan chan struct{}
+	s   *stream
+	b   *batch.Batcher[ackItem]
+	ids map[*shard][]string // do's, reused; do runs on one goroutine at a time
 }
 
-func (a *acker) init(s *stream) {
+func (a *acker) init(s *stream) error {
 	a.s = s
-	a.pend = make(map[*shard][]string)
-	a.wake = make(chan struct{}, 1)
-	a.flushes = make(chan chan struct{})
-}
-
-// queue queues id for the next XACK of sh. It reports false once the loop
-// has made its final flush (the stream is closed).
-func (a *acker) queue(sh *shard, id string) bool {
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
-		return false
+	a.ids = make(map[*shard][]string, len(s.shards))
+	b, err := batch.New(batch.Options{MaxItems: s.cfg.count, MaxDelay: ackLinger}, nil, a.xack)
+	if err != nil {
+		return fmt.Errorf("redisstream: ack batcher: %w", err)
 	}
-	a.pend[sh] = append(a.pend[sh], id)
-	a.n++
-	n := a.n
-	a.mu.Unlock()
-	if n == 1 || n == a.s.cfg.count {
-		select {
-		case a.wake <- struct{}{}:
-		default:
-		}
+	a.b = b
+	return nil
+}
+
+// queue submits id of sh for the next XACK. It fails once the stream is
+// closed (the entry stays pending and is redelivered), or if ctx ends
+// while as many acks as the batcher's window are waiting to be sent.
+func (a *acker) queue(ctx context.Context, sh *shard, id string) error {
+	err := a.b.Submit(ctx, ackItem{sh: sh, id: id}, nil)
+	if errors.Is(err, batch.ErrClosed) {
+		return transport.ErrClosed
 	}
-	return true
+	return err
 }
 
-func (a *acker) pending() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.n
-}
-
-// loop collects acks from the first one for up to ackLinger or count IDs,
-// whichever comes first, and sends them. It makes a final flush when the
-// stream closes.
-func (a *acker) loop() {
+// xack is the batcher's handler: one XACK per shard for items, pipelined
+// when there are several. A failure is logged; the entries stay pending
+// and are redelivered.
+func (a *acker) xack(ctx context.Context, items []ackItem) []error {
 	s := a.s
-	defer s.bg.Done()
-	spare := make(map[*shard][]string)
-	flush := func(final bool) { spare = a.send(spare, final) }
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
-	for {
-		select {
-		case <-a.wake:
-			if a.pending() < s.cfg.count {
-				// Wait a little for more, so that a fast consumer sends one
-				// XACK per batch rather than one per message.
-				linger.Reset(ackLinger)
-			collect:
-				for {
-					select {
-					case <-linger.C:
-						break collect
-					case <-a.wake:
-						if a.pending() >= s.cfg.count {
-							linger.Stop()
-							break collect
-						}
-					case f := <-a.flushes:
-						linger.Stop()
-						flush(false)
-						close(f)
-						break collect
-					case <-s.closing:
-						linger.Stop()
-						flush(true)
-						return
-					}
-				}
-			}
-			flush(false)
-		case f := <-a.flushes:
-			flush(false)
-			close(f)
-		case <-s.closing:
-			flush(true)
-			return
-		}
+	for _, it := range items {
+		a.ids[it.sh] = append(a.ids[it.sh], it.id)
 	}
-}
-
-// send sends the queued IDs, swapping in spare as the new queue, and
-// returns the old one emptied, for the next swap. A failed XACK is logged:
-// its entries stay pending and are redelivered.
-func (a *acker) send(spare map[*shard][]string, final bool) map[*shard][]string {
-	s := a.s
-	a.mu.Lock()
-	pend, n := a.pend, a.n
-	a.pend, a.n = spare, 0
-	a.closed = final
-	a.mu.Unlock()
-	if n > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		var err error
-		if len(pend) == 1 {
-			for sh, ids := range pend {
-				err = s.c.XAck(ctx, sh.key, s.group, ids...).Err()
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	var err error
+	if len(a.ids) == 1 {
+		for sh, ids := range a.ids {
+			err = s.c.XAck(ctx, sh.key, s.group, ids...).Err()
+		}
+	} else {
+		_, err = s.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for sh, ids := range a.ids {
+				p.XAck(ctx, sh.key, s.group, ids...)
 			}
-		} else {
-			_, err = s.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
-				for sh, ids := range pend {
-					if len(ids) > 0 {
-						p.XAck(ctx, sh.key, s.group, ids...)
-					}
-				}
-				return nil
-			})
-		}
-		cancel()
-		if err != nil {
-			s.log.Warn("redisstream: XACK failed; the entries stay pending and will be redelivered",
-				"topic", s.topic, "group", s.group, "count", n, "err", err)
-		}
+			return nil
+		})
 	}
-	for sh, ids := range pend {
+	for sh, ids := range a.ids {
 		if cap(ids) > 4096 {
-			delete(pend, sh)
+			delete(a.ids, sh)
+		} else if len(ids) > 0 {
+			a.ids[sh] = ids[:0]
 		} else {
-			pend[sh] = ids[:0]
+			delete(a.ids, sh) // not acked on in this batch
 		}
 	}
-	return pend
+	if err == nil {
+		return nil
+	}
+	s.log.Warn("redisstream: XACK failed; the entries stay pending and will be redelivered",
+		"topic", s.topic, "group", s.group, "count", len(items), "err", err)
+	errs := make([]error, len(items))
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }
 
 // flush waits until every ack queued before the call has been sent.
 func (a *acker) flush(ctx context.Context) error {
-	f := make(chan struct{})
 	select {
-	case a.flushes <- f:
 	case <-a.s.closing:
 		return transport.ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
 	}
-	select {
-	case <-f:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return a.b.Flush(ctx)
 }
+
+// close sends the acks queued and refuses later ones.
+func (a *acker) close(ctx context.Context) error { return a.b.Close(ctx) }

@@ -24,7 +24,7 @@ type delivery struct {
 	msg handler.Message
 	s   *stream
 	sh  *shard
-	b   *batch
+	b   *readBatch
 	id  string
 
 	recv      int64 // unix nanos of receipt
@@ -61,8 +61,8 @@ func (d *delivery) Ack(ctx context.Context) error {
 	if d.lost.Load() {
 		return fmt.Errorf("redisstream: ack %s on %q: %w", d.id, d.sh.key, ErrLeaseLost)
 	}
-	if !s.acks.queue(d.sh, d.id) {
-		return fmt.Errorf("redisstream: ack %s: %w", d.id, transport.ErrClosed)
+	if err := s.acks.queue(ctx, d.sh, d.id); err != nil {
+		return fmt.Errorf("redisstream: ack %s (it stays pending and is redelivered): %w", d.id, err)
 	}
 	return nil
 }

@@ -156,7 +156,7 @@ func (s *stream) readNew(ctx context.Context, now time.Time) error {
 	if total == 0 {
 		return nil
 	}
-	b := &batch{ds: make([]delivery, total)}
+	b := &readBatch{ds: make([]delivery, total)}
 	i := 0
 	for _, r := range res {
 		sh := s.byKey[r.Stream]
@@ -243,7 +243,7 @@ func (s *stream) queueOwn(ctx context.Context, sh *shard, page []goredis.XMessag
 	for _, p := range counts {
 		attempts[p.ID] = int(p.RetryCount)
 	}
-	b := &batch{ds: make([]delivery, len(lost))}
+	b := &readBatch{ds: make([]delivery, len(lost))}
 	for i, x := range lost {
 		s.setDelivery(&b.ds[i], b, sh, x, max(attempts[x.ID], 1), now)
 	}

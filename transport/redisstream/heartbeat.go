@@ -56,7 +56,7 @@ func (s *stream) beat() {
 	idle := s.cfg.claimIdle.Nanoseconds()
 	maxExt := s.cfg.maxExtend.Nanoseconds()
 	s.mu.Lock()
-	bs := make([]*batch, 0, len(s.batches))
+	bs := make([]*readBatch, 0, len(s.batches))
 	for b := range s.batches {
 		bs = append(bs, b)
 	}

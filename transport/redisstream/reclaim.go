@@ -64,7 +64,7 @@ func (s *stream) claimPage(ctx context.Context, sh *shard, cursor string, minIdl
 		return next, nil
 	}
 	now := time.Now()
-	b := &batch{ds: make([]delivery, 0, len(entries))}
+	b := &readBatch{ds: make([]delivery, 0, len(entries))}
 	claimed := make([]string, 0, len(entries))
 	for i, e := range entries {
 		x, ok := parseEntry(e)

@@ -23,7 +23,7 @@ import (
 //     after a connection error;
 //   - reclaim.go: on the fetch goroutine, XAUTOCLAIM of entries whose lease
 //     ran out and the takeover of a newly acquired shard;
-//   - ack.go: the ack loop coalesces Acks into XACKs;
+//   - ack.go: Acks coalesce into XACKs through internal/batch;
 //   - heartbeat.go: the heartbeat refreshes the leases of unsettled
 //     entries and releases long Nacks;
 //   - lease.go: the shard lease loop (exclusive mode);
@@ -67,7 +67,7 @@ type stream struct {
 	acks acker
 
 	mu      sync.Mutex
-	batches map[*batch]struct{}
+	batches map[*readBatch]struct{}
 
 	fetchMu   sync.Mutex // held by a read in progress
 	closing   chan struct{}
@@ -110,14 +110,14 @@ type fetchResult struct {
 	err error
 }
 
-// batch is the deliveries of one read, allocated together. It stays in the
+// readBatch is the deliveries of one read, allocated together. It stays in the
 // stream's set, for the heartbeat and Close, until every one is settled.
-type batch struct {
+type readBatch struct {
 	ds   []delivery
 	open atomic.Int32
 }
 
-func newStream(t *Transport, sub transport.Subscription, cfg consumeConfig) *stream {
+func newStream(t *Transport, sub transport.Subscription, cfg consumeConfig) (*stream, error) {
 	s := &stream{
 		t:        t,
 		c:        t.c,
@@ -130,7 +130,7 @@ func newStream(t *Transport, sub transport.Subscription, cfg consumeConfig) *str
 		sem:      t.semantics(cfg),
 		byKey:    make(map[string]*shard),
 		wake:     make(chan struct{}, 1),
-		batches:  make(map[*batch]struct{}),
+		batches:  make(map[*readBatch]struct{}),
 		closing:  make(chan struct{}),
 		ready:    make(chan fetchResult, 1),
 		resume:   make(chan struct{}, 1),
@@ -155,16 +155,17 @@ func newStream(t *Transport, sub transport.Subscription, cfg consumeConfig) *str
 		s.byKey[key] = sh
 	}
 	s.args = goredis.XReadGroupArgs{Group: s.group, Consumer: s.consumer, Count: int64(cfg.count)}
-	s.acks.init(s)
-	return s
+	if err := s.acks.init(s); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // start launches the background loops; in exclusive mode it first joins
 // the group's members and waits, up to min(lease, 5s) and ctx, for this
 // member's share of the shards.
 func (s *stream) start(ctx context.Context) {
-	s.bg.Add(3)
-	go s.acks.loop()
+	s.bg.Add(2)
 	go s.heartbeat()
 	go s.fetchLoop()
 	if !s.exclusive {
@@ -243,7 +244,7 @@ func (s *stream) facts(sh *shard, id string, attempt int, now time.Time) handler
 }
 
 // setDelivery fills d from entry x and queues it for Receive.
-func (s *stream) setDelivery(d *delivery, b *batch, sh *shard, x goredis.XMessage, attempt int, now time.Time) {
+func (s *stream) setDelivery(d *delivery, b *readBatch, sh *shard, x goredis.XMessage, attempt int, now time.Time) {
 	d.s, d.sh, d.b, d.id = s, sh, b, x.ID
 	decode(&d.msg, x.Values)
 	d.msg.Topic = s.topic
@@ -254,7 +255,7 @@ func (s *stream) setDelivery(d *delivery, b *batch, sh *shard, x goredis.XMessag
 }
 
 // track registers b for the heartbeat and Close.
-func (s *stream) track(b *batch) {
+func (s *stream) track(b *readBatch) {
 	b.open.Store(int32(len(b.ds)))
 	s.mu.Lock()
 	s.batches[b] = struct{}{}
@@ -302,6 +303,12 @@ func (s *stream) shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("redisstream: close %q: %w", s.topic, ctx.Err())
 	}
+	var errs []error
+	// The acks given go out before the leases do, so that the next owner
+	// does not take acked entries over.
+	if err := s.acks.close(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	// Release what is still ours.
 	work := make(leaseWorks)
 	s.mu.Lock()
@@ -318,9 +325,8 @@ func (s *stream) shutdown(ctx context.Context) error {
 			work.add(d, s.cfg.claimIdle.Milliseconds())
 		}
 	}
-	s.batches = make(map[*batch]struct{})
+	s.batches = make(map[*readBatch]struct{})
 	s.mu.Unlock()
-	var errs []error
 	for sh, w := range work {
 		if _, err := s.refresh(ctx, sh, w.ids, w.idles); err != nil {
 			errs = append(errs, err)

@@ -213,19 +213,24 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 		return nil, err
 	}
 	cc, _ := t.subscriptionConfig(sub)
-	s := newStream(t, sub, cc)
+	s, err := newStream(t, sub, cc)
+	if err != nil {
+		return nil, err
+	}
 	start := "$"
 	if sub.StartAtOldest {
 		start = "0"
 	}
 	for _, sh := range s.shards {
 		if err := t.c.XGroupCreateMkStream(ctx, sh.key, s.group, start).Err(); err != nil && !isBusyGroup(err) {
+			_ = s.acks.close(ctx)
 			return nil, fmt.Errorf("redisstream: subscribe %q: create group %q on %q: %w", sub.Topic, s.group, sh.key, err)
 		}
 	}
 	t.mu.Lock()
 	if t.closed.Load() {
 		t.mu.Unlock()
+		_ = s.acks.close(ctx)
 		return nil, transport.ErrClosed
 	}
 	t.streams[s] = struct{}{}
