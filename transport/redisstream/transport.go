@@ -15,6 +15,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ferrymq/ferry/internal/batch"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -49,6 +50,7 @@ type Transport struct {
 	// reply surfaces as an error and the stream re-reads its own pending
 	// entries before new ones (fetch.go).
 	rc  *goredis.Client
+	pub *batch.Batcher[pubItem] // publish.go
 	cfg config
 	log *slog.Logger
 
@@ -85,7 +87,13 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 		}
 		return nil, fmt.Errorf("redisstream: connect to %s%s: %w", cfg.addr, tlsNote, err)
 	}
-	return &Transport{c: c, rc: rc, cfg: cfg, log: cfg.log, streams: make(map[*stream]struct{})}, nil
+	t := &Transport{c: c, rc: rc, cfg: cfg, log: cfg.log, streams: make(map[*stream]struct{})}
+	if t.pub, err = t.newPublisher(); err != nil {
+		_ = c.Close()
+		_ = rc.Close()
+		return nil, fmt.Errorf("redisstream: publisher: %w", err)
+	}
+	return t, nil
 }
 
 // clientOptions returns go-redis options for cfg; maxRetries 0 is
@@ -266,6 +274,9 @@ func (t *Transport) Close(ctx context.Context) error {
 		if err := s.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := t.pub.Close(ctx); err != nil { // publishes in flight get their replies
+		errs = append(errs, err)
 	}
 	if err := t.rc.Close(); err != nil {
 		errs = append(errs, err)
