@@ -51,7 +51,9 @@
 // Publish is XADD with MAXLEN ~ (or MINID ~) trimming and returns when
 // Redis replied. A Redis error reply is a plain failure; a lost connection
 // or timeout after the command left is [transport.ErrUnknownOutcome].
-// PublishBatch pipelines the XADDs in one round trip. On a sharded topic a
+// Publishes coalesce: the XADDs of concurrent Publish calls and of a
+// PublishBatch share pipelined round trips (up to 512 XADDs each), in the
+// order of the calls. On a sharded topic a
 // keyed message goes to stream FNV-1a(key) mod n ([ShardOf]); a keyless
 // one round-robins.
 //
