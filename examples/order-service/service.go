@@ -204,9 +204,13 @@ func openTransport(ctx context.Context, rawURL string) (transport.Transport, err
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "amqp", "amqps":
-		return rabbitmq.URLOpener{Options: []rabbitmq.Option{rabbitmq.RoutingKey(func(m *handler.Message) string {
+		t, err := rabbitmq.New(ctx, rawURL, rabbitmq.RoutingKey(func(m *handler.Message) string {
 			return "order.placed." + m.Headers[headerBand]
-		})}}.OpenURL(ctx, u)
+		}))
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
 	}
 	return transport.Open(ctx, rawURL)
 }

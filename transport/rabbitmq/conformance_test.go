@@ -11,22 +11,24 @@ import (
 )
 
 // This file is the conformance run of the RabbitMQ transport against the
-// shared broker (127.0.0.1:5672, or FERRY_AMQP_URL), in three topologies:
-// the default (quorum queue, members share it, no order), sharded (four
-// key-hashed queues shared out between members: per-key order) and, on
-// request, ordered (single active consumer: per-topic order).
+// shared broker (127.0.0.1:5672, or FERRY_AMQP_URL), in the three
+// topologies a URL can ask for: the default (a quorum queue per group with
+// a single active consumer: per-topic order, the second member of a group
+// a standby), ordered=false (members compete for one queue: no order) and
+// shards=4 (four key-hashed queues shared out between members: per-key
+// order).
 
 func TestConformance(t *testing.T) {
 	requireRabbit(t)
 	transporttest.Run(t, harness{url: brokerURL()})
 }
 
-// TestConformanceOrdered runs the suite on the single-active-consumer
-// topology, which declares per-topic order: the suite accepts the second
-// member of a group as a standby there.
-func TestConformanceOrdered(t *testing.T) {
+func TestConformanceCompeting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the default topology's run covers the transport")
+	}
 	requireRabbit(t)
-	transporttest.Run(t, harness{url: brokerURL(), options: map[string]string{rabbitmq.OptOrdered: "true"}})
+	transporttest.Run(t, harness{url: withQuery(brokerURL(), "ordered=false")})
 }
 
 func TestConformanceSharded(t *testing.T) {
@@ -34,8 +36,7 @@ func TestConformanceSharded(t *testing.T) {
 		t.Skip("-short: the default topology's run covers the transport")
 	}
 	requireRabbit(t)
-	transporttest.Run(t, harness{url: brokerURL(), shards: 4,
-		options: map[string]string{rabbitmq.OptShards: "4"}})
+	transporttest.Run(t, harness{url: withQuery(brokerURL(), "shards=4"), shards: 4})
 }
 
 func BenchmarkConformance(b *testing.B) {
@@ -43,22 +44,16 @@ func BenchmarkConformance(b *testing.B) {
 	transporttest.RunBenchmarks(b, harness{url: brokerURL()})
 }
 
-// harness opens Transports on one broker. Each Open is a new connection.
-// It makes topics and subscriptions so that it can delete what they
-// declare, and configures the DLQ for the NativeDLQ case.
+// harness opens Transports on one broker by URL. Each Open is a new
+// connection. It makes topics and subscriptions so that it can delete what
+// they declare, and configures the DLQ for the NativeDLQ case.
 type harness struct {
 	url     string
 	options map[string]string // added to every Subscription
-	shards  int               // publisher shards (must match options)
+	shards  int               // the URL's shards, for cleanup
 }
 
-func (h harness) Open(tb testing.TB) transport.Transport {
-	var opts []rabbitmq.Option
-	if h.shards > 1 {
-		opts = append(opts, rabbitmq.Shards(h.shards))
-	}
-	return openURL(tb, h.url, opts...)
-}
+func (h harness) Open(tb testing.TB) transport.Transport { return openURL(tb, h.url) }
 
 func (h harness) MakeTopic(tb testing.TB, name string) string {
 	deleteLater(tb, h.url, nil, []string{name})

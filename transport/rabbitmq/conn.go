@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/url"
 	"sync"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -41,71 +40,108 @@ type session struct {
 	lost chan struct{} // closed when the connection is lost
 }
 
-// connector owns the connection: it dials, watches for loss, and redials
-// with exponential backoff until Close. Users take the current session with
-// get, open their own channels on it, and after a channel error wait for
-// the next session.
+// dialing is one dial in flight, shared by every caller that needs the
+// connection meanwhile.
+type dialing struct {
+	done chan struct{} // closed when the dial ended
+	s    *session      // set before done is closed, on success
+	err  error         // set before done is closed, on failure
+}
+
+// connector owns the connection. It dials when a caller needs a
+// connection and there is none (at New, and after a loss), once for all
+// callers waiting at that moment; a failed dial is returned to them, and
+// the next call dials again. It never redials in a loop of its own: the
+// callers (the Router's receive loop, a publisher's retry) own the
+// backoff. Users take the current session with get and open their own
+// channels on it.
 type connector struct {
-	url    string
+	url    string // never printed
 	amqpCf amqp.Config
 	log    *slog.Logger
-	min    time.Duration
-	max    time.Duration
 
-	mu      sync.Mutex
-	cur     *session      // nil while reconnecting
-	ready   chan struct{} // closed when cur is set; replaced when lost
-	closed  bool
-	done    chan struct{} // closed by close
-	lastErr error
+	mu     sync.Mutex
+	cur    *session // nil when there is no connection
+	dial   *dialing // nil when no dial is in flight
+	gen    uint64
+	closed bool
+	done   chan struct{} // closed by close
 
 	blockMu sync.Mutex
 	blocked *amqp.Blocking // non-nil while the broker blocks the connection
 	unblock chan struct{}  // closed when the block clears
-	wg      sync.WaitGroup
 }
 
-func newConnector(url string, cf amqp.Config, log *slog.Logger, lo, hi time.Duration) *connector {
-	return &connector{url: url, amqpCf: cf, log: log, min: lo, max: hi,
-		ready: make(chan struct{}), done: make(chan struct{}), unblock: make(chan struct{})}
+func newConnector(url string, cf amqp.Config, log *slog.Logger) *connector {
+	return &connector{url: url, amqpCf: cf, log: log, done: make(chan struct{}), unblock: make(chan struct{})}
 }
 
-// start dials once, synchronously, so that New reports a bad URL or bad
-// credentials at once, then keeps the connection up in the background.
-func (c *connector) start(ctx context.Context) error {
-	conn, err := c.dial(ctx)
-	if err != nil {
-		return err
+// get returns the current session, dialling if there is none, bounded by
+// ctx. The dial itself runs to its own deadline (30s) whoever waits for
+// it, so that a caller giving up does not fail the others. A failed dial
+// returns its error to every caller that waited for it; the next get dials
+// again.
+func (c *connector) get(ctx context.Context) (*session, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, transport.ErrClosed
 	}
-	s := c.install(conn, 1)
-	c.wg.Add(1)
-	go c.supervise(s)
-	return nil
-}
-
-func (c *connector) dial(ctx context.Context) (*amqp.Connection, error) {
-	type result struct {
-		conn *amqp.Connection
-		err  error
+	if s := c.cur; s != nil {
+		c.mu.Unlock()
+		return s, nil
 	}
-	ch := make(chan result, 1)
-	go func() {
-		conn, err := amqp.DialConfig(c.url, c.amqpCf)
-		ch <- result{conn, err}
-	}()
+	d := c.dial
+	if d == nil {
+		d = &dialing{done: make(chan struct{})}
+		c.dial = d
+		go c.connect(d)
+	}
+	c.mu.Unlock()
 	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, fmt.Errorf("rabbitmq: connect: %w", redact(r.err))
+	case <-d.done:
+		if d.err != nil {
+			return nil, d.err
 		}
-		return r.conn, nil
+		return d.s, nil
+	case <-c.done:
+		return nil, transport.ErrClosed
 	case <-ctx.Done():
-		go func() {
-			if r := <-ch; r.conn != nil {
-				_ = r.conn.Close()
-			}
-		}()
 		return nil, fmt.Errorf("rabbitmq: connect: %w", ctx.Err())
+	}
+}
+
+// current returns the current session, or nil if there is none; it never
+// dials.
+func (c *connector) current() *session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur
+}
+
+// connect dials for d and installs the connection.
+func (c *connector) connect(d *dialing) {
+	conn, err := amqp.DialConfig(c.url, c.amqpCf)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer close(d.done)
+	c.dial = nil
+	if err != nil {
+		d.err = fmt.Errorf("rabbitmq: connect: %w", redact(err))
+		return
+	}
+	if c.closed {
+		_ = conn.Close()
+		d.err = transport.ErrClosed
+		return
+	}
+	c.gen++
+	s := &session{conn: conn, gen: c.gen, lost: make(chan struct{})}
+	c.cur = s
+	d.s = s
+	c.watch(s)
+	if s.gen > 1 {
+		c.log.Info("rabbitmq: reconnected", "generation", s.gen)
 	}
 }
 
@@ -119,14 +155,11 @@ func redact(err error) error {
 	return err
 }
 
-func (c *connector) install(conn *amqp.Connection, gen uint64) *session {
-	s := &session{conn: conn, gen: gen, lost: make(chan struct{})}
-	c.mu.Lock()
-	c.cur = s
-	close(c.ready)
-	c.mu.Unlock()
-	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
-	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+// watch follows s's connection.blocked notices and its loss, after which
+// the next get dials again. Called with c.mu held.
+func (c *connector) watch(s *session) {
+	closes := s.conn.NotifyClose(make(chan *amqp.Error, 1))
+	blocks := s.conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	go func() {
 		for b := range blocks {
 			c.setBlocked(b)
@@ -134,105 +167,33 @@ func (c *connector) install(conn *amqp.Connection, gen uint64) *session {
 	}()
 	go func() {
 		err := <-closes
-		c.mu.Lock()
-		if c.cur == s {
-			c.cur = nil
-			c.ready = make(chan struct{})
-			if err != nil {
-				c.lastErr = err
-			}
-		}
-		c.mu.Unlock()
+		c.drop(s)
 		c.setBlocked(amqp.Blocking{Active: false})
-		close(s.lost)
 		if err != nil {
-			c.log.Warn("rabbitmq: connection lost; reconnecting", "err", err.Error())
+			c.log.Warn("rabbitmq: connection lost; the next call reconnects", "err", err.Error())
 		}
 	}()
-	return s
 }
 
-func (c *connector) supervise(s *session) {
-	defer c.wg.Done()
-	for {
-		select {
-		case <-s.lost:
-		case <-c.done:
-			_ = s.conn.Close()
-			return
-		}
-		delay := c.min
-		for {
-			select {
-			case <-c.done:
-				return
-			default:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			conn, err := c.dial(ctx)
-			cancel()
-			if err == nil {
-				c.mu.Lock()
-				closed := c.closed
-				c.mu.Unlock()
-				if closed {
-					_ = conn.Close()
-					return
-				}
-				s = c.install(conn, s.gen+1)
-				c.log.Info("rabbitmq: reconnected", "generation", s.gen)
-				break
-			}
-			c.mu.Lock()
-			c.lastErr = err
-			c.mu.Unlock()
-			c.log.Debug("rabbitmq: reconnect failed", "err", err, "retry_in", delay)
-			select {
-			case <-time.After(delay):
-			case <-c.done:
-				return
-			}
-			delay = min(2*delay, c.max)
-		}
+// drop forgets s if it is the current session, so that the next get dials.
+func (c *connector) drop(s *session) {
+	c.mu.Lock()
+	if c.cur == s {
+		c.cur = nil
+	}
+	c.mu.Unlock()
+	select {
+	case <-s.lost:
+	default:
+		close(s.lost)
 	}
 }
 
-// get returns the current session, waiting for a reconnection if there is
-// none, until ctx ends (the error then wraps ctx.Err() and says why the
-// connection is down) or the connector closes ([transport.ErrClosed]).
-func (c *connector) get(ctx context.Context) (*session, error) {
-	for {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return nil, transport.ErrClosed
-		}
-		s, ready := c.cur, c.ready
-		c.mu.Unlock()
-		if s != nil {
-			return s, nil
-		}
-		select {
-		case <-ready:
-		case <-c.done:
-			return nil, transport.ErrClosed
-		case <-ctx.Done():
-			c.mu.Lock()
-			last := c.lastErr
-			c.mu.Unlock()
-			if last != nil {
-				return nil, fmt.Errorf("rabbitmq: waiting for a connection (last error: %v): %w", last, ctx.Err())
-			}
-			return nil, fmt.Errorf("rabbitmq: waiting for a connection: %w", ctx.Err())
-		}
-	}
-}
-
-// channel opens a channel on the current session, waiting for a
-// connection as get does. A channel that cannot be opened on a connection
-// that is closing is retried on the next one.
+// channel opens a channel on the current session, dialling as get does.
+// If the session's connection turns out to be gone already, it dials once
+// more; any other failure is returned.
 func (c *connector) channel(ctx context.Context) (*amqp.Channel, *session, error) {
-	for {
+	for try := 0; ; try++ {
 		s, err := c.get(ctx)
 		if err != nil {
 			return nil, nil, err
@@ -241,14 +202,10 @@ func (c *connector) channel(ctx context.Context) (*amqp.Channel, *session, error
 		if err == nil {
 			return ch, s, nil
 		}
-		if !s.conn.IsClosed() {
+		if !s.conn.IsClosed() || try > 0 {
 			return nil, nil, fmt.Errorf("rabbitmq: open channel: %w", err)
 		}
-		select {
-		case <-s.lost:
-		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("rabbitmq: open channel: %w", ctx.Err())
-		}
+		c.drop(s)
 	}
 }
 
@@ -301,6 +258,8 @@ func (c *connector) blockedReason() string {
 	return c.blocked.Reason
 }
 
+// close closes the connection, within ctx's deadline if it has one. A dial
+// in flight closes its connection when it ends.
 func (c *connector) close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -309,6 +268,7 @@ func (c *connector) close(ctx context.Context) error {
 	}
 	c.closed = true
 	s := c.cur
+	c.cur = nil
 	close(c.done)
 	c.mu.Unlock()
 	if s != nil {
@@ -318,6 +278,5 @@ func (c *connector) close(ctx context.Context) error {
 			_ = s.conn.Close()
 		}
 	}
-	c.wg.Wait()
 	return nil
 }

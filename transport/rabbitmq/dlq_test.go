@@ -119,7 +119,7 @@ func TestDeliveryLimit(t *testing.T) {
 		transport.HeaderOriginalTopic: topic,
 		transport.HeaderError:         "rabbitmq: delivery limit 2 reached in queue " + topic + ".g",
 	}
-	if m.ID != "poison" || m.Key != "o-1" || string(m.Payload) != `{"bad":` || m.Topic != topic {
+	if m.ID != "poison" || m.Key != "o-1" || string(m.Payload) != `{"bad":` || m.Topic != dlq {
 		t.Errorf("dead letter ID %q Key %q Payload %q Topic %q", m.ID, m.Key, m.Payload, m.Topic)
 	}
 	for k, v := range want {
@@ -219,40 +219,46 @@ func TestDeliveryLimitNative(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dels, err := ch.Consume(topic+".g", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	deliveries := 0
-	for {
-		d, ok, err := ch.Get(topic+".g", false)
-		if err != nil {
-			t.Fatal(err)
+	for done := false; !done; {
+		select {
+		case d := <-dels:
+			deliveries++
+			if err := d.Nack(false, true); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Second):
+			done = true
 		}
-		if !ok {
-			break
-		}
-		deliveries++
-		if err := d.Nack(false, true); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	if deliveries != 3 {
 		t.Errorf("delivered %d times with x-delivery-limit 2, want 3", deliveries)
 	}
 	var dead []*handler.Message
+	dlq := transport.DLQName(tr, transport.Subscription{Topic: topic, Group: "g"})
 	waitFor(t, "the message in the DLQ", 5*time.Second, func() bool {
-		dead, err = tr.ListDLQ(ctx, rabbitmq.DLQName(topic+".g"), 10)
+		dead, err = tr.ListDLQ(ctx, dlq, 10)
 		return err == nil && len(dead) == 1
 	})
 	m := dead[0]
-	if m.ID != "p" || m.Key != "k" || m.Headers["h"] != "v" || m.Topic != topic {
+	if m.ID != "p" || m.Key != "k" || m.Headers["h"] != "v" || m.Topic != dlq {
 		t.Errorf("dead letter %q %q %v topic %q", m.ID, m.Key, m.Headers, m.Topic)
 	}
-	if got, want := m.Headers[transport.HeaderError], "rabbitmq: dead-lettered by the broker: delivery_limit in queue "+topic+".g"; got != want {
-		t.Errorf("ferry-error %q, want %q", got, want)
+	rec, ok := transport.ReadDeadLetter(m)
+	if !ok {
+		t.Fatalf("no dead-letter record in %v", m.Headers)
 	}
-	if m.Headers[transport.HeaderOriginalTopic] != topic || m.Headers[transport.HeaderSubscription] != topic+".g" {
-		t.Errorf("dead letter context %v", m.Headers)
+	if want := "rabbitmq: dead-lettered by the broker: delivery_limit in queue " + topic + ".g"; rec.Error != want {
+		t.Errorf("record error %q, want %q", rec.Error, want)
 	}
-	_ = strconv.Itoa
+	if rec.OriginalTopic != topic || rec.Subscription != topic+".g" || rec.Attempts != 0 || rec.Class != "transient" ||
+		rec.FirstFailure.IsZero() || rec.LastFailure.Before(rec.FirstFailure) {
+		t.Errorf("dead-letter record %+v", rec)
+	}
 }
 
 // TestDLQAddress: Subscribe binds "<group>.dlq" to the group's DLQ, per
@@ -293,7 +299,7 @@ func TestDLQAddress(t *testing.T) {
 			t.Fatalf("DLQ of %s holds %d, want %v", topic, len(got), ids)
 		}
 		for i, m := range got {
-			if m.ID != ids[i] || m.Topic != topic || m.Headers[transport.HeaderError] != "boom" {
+			if m.ID != ids[i] || m.Headers[transport.HeaderOriginalTopic] != topic || m.Headers[transport.HeaderError] != "boom" {
 				t.Errorf("DLQ of %s [%d]: %s topic %q headers %v, want %s", topic, i, m.ID, m.Topic, m.Headers, ids[i])
 			}
 		}

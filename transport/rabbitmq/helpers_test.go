@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,14 @@ func brokerURL() string {
 		return u
 	}
 	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// withQuery appends query to url.
+func withQuery(url, query string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + query
+	}
+	return url + "?" + query
 }
 
 // requireRabbit skips (or fails under FERRY_REQUIRE_BROKERS=1) when the
@@ -99,7 +108,7 @@ func cleanupSub(tb testing.TB, url, topic, group string, shards int, retry ...ti
 	for _, d := range retry {
 		queues = append(queues, q+".retry."+itoa(int(d.Milliseconds()))+"ms")
 	}
-	deleteLater(tb, url, queues, []string{topic, q + ".dlx", q + ".dlx.match", group + ".dlq"})
+	deleteLater(tb, url, queues, []string{topic, q + ".dlx", q + ".dlx.match", q + ".dlq", group + ".dlq"})
 }
 
 func itoa(i int) string {

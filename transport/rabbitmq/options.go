@@ -4,9 +4,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
@@ -21,9 +18,11 @@ const (
 	DefaultPrefetch      = 256         // see [Prefetch]
 	DefaultMaxPayload    = 128 << 20   // RabbitMQ's default max_message_size
 	DefaultHeartbeat     = 10 * time.Second
-	DefaultReconnectMin  = 100 * time.Millisecond
-	DefaultReconnectMax  = 5 * time.Second
 )
+
+// maxShards bounds [Shards] so that a typo cannot declare thousands of
+// queues.
+const maxShards = 1024
 
 // Queue types for [QueueType] and the "queue_type" keys.
 const (
@@ -39,57 +38,17 @@ const (
 	KindHeaders = "headers" // match on headers (binding arguments)
 )
 
-// Subscription.Options keys understood by Subscribe. Unknown keys are an
-// error wrapping transport.ErrInvalidOption.
-const (
-	// OptQueue names the queue. The default is "<topic>.<group>", or
-	// "<topic>.default" when Group is empty.
-	OptQueue = "queue"
-	// OptBind is a comma-separated list of binding keys for the queue on the
-	// topic's exchange (topic patterns like "order.placed.*" or "order.#").
-	// The default is "#" on a topic exchange and "" elsewhere.
-	OptBind = "bind"
-	// OptExchangeType overrides the kind of the topic's exchange for this
-	// subscription's declaration (it must match what already exists).
-	OptExchangeType = "exchange_type"
-	// OptQueueType is "quorum" (default) or "classic".
-	OptQueueType = "queue_type"
-	// OptDeliveryLimit is the queue's x-delivery-limit (quorum queues).
-	OptDeliveryLimit = "delivery_limit"
-	// OptPrefetch is the channel's basic.qos prefetch count.
-	OptPrefetch = "prefetch"
-	// OptOrdered ("true") declares the queue with single active consumer:
-	// one member of the group consumes at a time, and the stream declares
-	// per-topic order.
-	OptOrdered = "ordered"
-	// OptShards (N > 1) consumes N key-hashed shard queues, each with single
-	// active consumer; the stream declares per-key order. Publishers must
-	// use the same [Shards] value for the topic.
-	OptShards = "shards"
-	// OptShard is a comma-separated list of the shard indexes this member
-	// consumes (default: all), to spread shards over processes.
-	OptShard = "shard"
-	// OptDeclare ("false") consumes an existing queue without declaring
-	// anything (a passive queue.declare checks it exists): for a DLQ, or a
-	// queue managed elsewhere. The default is true.
-	OptDeclare = "declare"
-)
-
-var subscriptionKeys = []string{OptQueue, OptBind, OptExchangeType, OptQueueType, OptDeliveryLimit,
-	OptPrefetch, OptOrdered, OptShards, OptShard, OptDeclare}
-
-// URL query keys understood by [URLOpener]; each maps to one Option.
-var urlKeys = []string{"queue_type", "exchange_type", "delivery_limit", "prefetch", "heartbeat",
-	"mandatory", "shards", "publish_channels", "reconnect_max", "insecure_skip_verify"}
-
 // An Option configures a [Transport]. Options are made by the functions of
-// this package; no other package can implement one.
+// this package; no other package can implement one. Each URL query key
+// maps to one Option (see the package documentation); Options given to
+// [New] apply after the URL's.
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
+// config is a Transport's configuration, checked once in parse.
 type config struct {
 	tls             *tls.Config
 	heartbeat       time.Duration
@@ -99,37 +58,29 @@ type config struct {
 	deliveryLimit   int
 	prefetch        int
 	mandatory       bool
+	ordered         bool
 	shards          int
 	topicShards     map[string]int
 	routingKey      func(*handler.Message) string
 	publishChannels int
-	reconnectMin    time.Duration
-	reconnectMax    time.Duration
 	logger          *slog.Logger
 	maxPayload      int
 	err             error
 }
 
-func newConfig(opts ...Option) config {
-	c := config{
+func defaultConfig() config {
+	return config{
 		heartbeat:       DefaultHeartbeat,
 		queueType:       DefaultQueueType,
 		exchangeKind:    DefaultExchangeKind,
 		deliveryLimit:   DefaultDeliveryLimit,
 		mandatory:       true,
+		ordered:         true,
 		shards:          1,
 		publishChannels: 1,
-		reconnectMin:    DefaultReconnectMin,
-		reconnectMax:    DefaultReconnectMax,
 		logger:          slog.Default(),
 		maxPayload:      DefaultMaxPayload,
 	}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
-		}
-	}
-	return c
 }
 
 func (c *config) fail(format string, args ...any) {
@@ -138,15 +89,40 @@ func (c *config) fail(format string, args ...any) {
 	}
 }
 
-// TLS sets the TLS configuration for amqps:// connections. Without it an
-// amqps URL uses an empty tls.Config with the URL's host as ServerName.
+// check reports a contradiction between options, once all are applied.
+func (c *config) check() {
+	if c.ordered {
+		return
+	}
+	if c.shards > 1 {
+		c.fail("Ordered(false) (ordered=false) with Shards(%d) (shards=%d): shard queues always have a single active consumer; leave one of them out", c.shards, c.shards)
+	}
+	for topic, n := range c.topicShards {
+		if n > 1 {
+			c.fail("Ordered(false) (ordered=false) with TopicShards(%q, %d): shard queues always have a single active consumer; leave one of them out", topic, n)
+		}
+	}
+}
+
+// TLS sets the TLS configuration for amqps:// connections, for client
+// certificates or a private CA. Without it an amqps URL uses the system's
+// roots with the URL's host as ServerName. The URL query key
+// "insecure_skip_verify=true" sets a configuration that skips verification
+// (test brokers only).
 func TLS(cfg *tls.Config) Option {
-	return optionFunc(func(c *config) { c.tls = cfg })
+	return optionFunc(func(c *config) {
+		if cfg == nil {
+			c.fail("TLS(nil)")
+			return
+		}
+		c.tls = cfg
+	})
 }
 
 // Heartbeat sets the AMQP heartbeat interval (default 10s): a dead peer is
-// noticed after about two intervals, and the transport then reconnects. It
-// is the URL query key "heartbeat" (a Go duration).
+// noticed after about two intervals; the transport then reconnects at the
+// next call that needs the connection. It is the URL query key "heartbeat"
+// (a Go duration such as 5s).
 func Heartbeat(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d < time.Second {
@@ -161,8 +137,9 @@ func Heartbeat(d time.Duration) Option {
 // (the default: replicated, durable, counts deliveries in x-delivery-count
 // and enforces [DeliveryLimit]) or [QueueClassic] (no delivery count: the
 // attempt is 1 or, when the broker flags a redelivery, 2; no delivery limit,
-// so no native DLQ). It is the URL query key "queue_type". A queue that
-// already exists with another type makes Subscribe fail (PRECONDITION_FAILED).
+// so no native DLQ). It is the URL query key "queue_type" and the
+// Subscription option of the same name. A queue that already exists with
+// another type makes Subscribe fail (PRECONDITION_FAILED).
 func QueueType(t string) Option {
 	return optionFunc(func(c *config) {
 		if t != QueueQuorum && t != QueueClassic {
@@ -174,8 +151,8 @@ func QueueType(t string) Option {
 }
 
 // ExchangeKind sets the kind of the exchanges declared for topics (default
-// [KindTopic]). Use [Declare] to set it per exchange. It is the URL query key
-// "exchange_type".
+// [KindTopic]). Use [Exchanges] to set it per exchange. It is the URL query
+// key "exchange_type".
 func ExchangeKind(kind string) Option {
 	return optionFunc(func(c *config) {
 		if !validKind(kind) {
@@ -186,7 +163,7 @@ func ExchangeKind(kind string) Option {
 	})
 }
 
-// Exchange describes one exchange for [Declare]: its name (a topic), kind
+// Exchange describes one exchange for [Exchanges]: its name (a topic), kind
 // and arguments. Exchanges are durable and never auto-deleted.
 type Exchange struct {
 	Name string
@@ -194,15 +171,14 @@ type Exchange struct {
 	Args map[string]any // exchange arguments (alternate-exchange, ...); may be nil
 }
 
-// Declare describes exchanges whose kind or arguments differ from the
+// Exchanges describes exchanges whose kind or arguments differ from the
 // default [ExchangeKind]. The publisher and Subscribe declare a topic's
-// exchange idempotently before first use on each connection, and again
-// after a reconnect.
-func Declare(exchanges ...Exchange) Option {
+// exchange idempotently before first use on each connection.
+func Exchanges(exchanges ...Exchange) Option {
 	return optionFunc(func(c *config) {
 		for _, e := range exchanges {
 			if e.Name == "" || !validKind(e.Kind) {
-				c.fail("Declare(%q, kind %q): want a name and a kind of topic, direct, fanout or headers", e.Name, e.Kind)
+				c.fail("Exchanges(%q, kind %q): want a name and a kind of topic, direct, fanout or headers", e.Name, e.Kind)
 				return
 			}
 			if c.exchanges == nil {
@@ -215,8 +191,8 @@ func Declare(exchanges ...Exchange) Option {
 
 // DeliveryLimit sets x-delivery-limit on quorum queues (default 10): once a
 // message has been returned to the queue (Nack, or a consumer lost without
-// acking) n times, the next return dead-letters it to the subscription's DLX
-// and DLQ instead, so it is delivered at most n+1 times. Nack with a delay
+// acking) n times, the next return dead-letters it to the subscription's
+// DLQ instead, so it is delivered at most n+1 times. Nack with a delay
 // counts towards the same limit. It is the URL query key "delivery_limit"
 // and the Subscription option of the same name.
 func DeliveryLimit(n int) Option {
@@ -232,7 +208,8 @@ func DeliveryLimit(n int) Option {
 // Prefetch sets the basic.qos prefetch count of each subscription's
 // channel: how many unacked deliveries the broker sends ahead. By default it
 // is the Router's MaxInFlight (Subscription.MaxInFlight), or 256 without
-// one. It is the URL query key "prefetch".
+// one. It is the URL query key "prefetch" and the Subscription option of
+// the same name.
 func Prefetch(n int) Option {
 	return optionFunc(func(c *config) {
 		if n < 1 || n > 65535 {
@@ -252,16 +229,34 @@ func Mandatory(on bool) Option {
 	return optionFunc(func(c *config) { c.mandatory = on })
 }
 
-// Shards makes the publisher spread each topic over n key-hashed shards
-// (default 1: no sharding): the routing key becomes "<i>.<routing key>"
-// where i is FNV-1a(Key) mod n, and sharded subscriptions (Subscription
-// option "shards") bind shard queue i with "<i>.<pattern>". Publisher and
-// subscribers must agree on n. Use [TopicShards] to set it per topic. It is
-// the URL query key "shards".
+// Ordered sets whether the queue of each group has a single active
+// consumer (default true). With true, one member of a group consumes at a
+// time and the others stand by, taking over in order when it leaves: the
+// stream declares per-topic order, and the Router handles different keys
+// concurrently and each key in order. With false the members of a group
+// compete for the messages of one queue, sharing the work, and nothing
+// keeps order: the stream declares OrderNone, and the Router refuses
+// per-key ordering on it. To share a group's work and keep per-key order,
+// use [Shards] instead. It is the URL query key "ordered" and the
+// Subscription option of the same name; Ordered(false) with Shards above 1
+// is an error.
+func Ordered(on bool) Option {
+	return optionFunc(func(c *config) { c.ordered = on })
+}
+
+// Shards spreads each topic over n key-hashed queues per group (default 1:
+// one queue per group). The publisher routes a message with routing key
+// "<i>.<routing key>", where i is FNV-1a(Key) mod n; Subscribe declares the
+// group's shard queues "<queue>.s0" … "<queue>.s<n-1>", each with a single
+// active consumer, and the members of the group share them out: per-key
+// order, with the work spread over up to n members. Publishers and
+// consumers read it from the same URL, so they agree. n must be between 1
+// and 1024. Use [TopicShards] to set it per topic. It is the URL query key
+// "shards".
 func Shards(n int) Option {
 	return optionFunc(func(c *config) {
-		if n < 1 || n > 1024 {
-			c.fail("Shards(%d): want 1 to 1024", n)
+		if n < 1 || n > maxShards {
+			c.fail("Shards(%d): want 1 to %d", n, maxShards)
 			return
 		}
 		c.shards = n
@@ -271,8 +266,8 @@ func Shards(n int) Option {
 // TopicShards is [Shards] for one topic.
 func TopicShards(topic string, n int) Option {
 	return optionFunc(func(c *config) {
-		if n < 1 || n > 1024 || topic == "" {
-			c.fail("TopicShards(%q, %d): want a topic and 1 to 1024", topic, n)
+		if n < 1 || n > maxShards || topic == "" {
+			c.fail("TopicShards(%q, %d): want a topic and 1 to %d", topic, n, maxShards)
 			return
 		}
 		if c.topicShards == nil {
@@ -309,25 +304,14 @@ func PublishChannels(n int) Option {
 	})
 }
 
-// Reconnect sets the bounds of the exponential backoff between reconnection
-// attempts (defaults 100ms and 5s). The URL query key "reconnect_max" sets
-// the upper bound.
-func Reconnect(minDelay, maxDelay time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if minDelay <= 0 || maxDelay < minDelay {
-			c.fail("Reconnect(%s, %s): want 0 < min <= max", minDelay, maxDelay)
-			return
-		}
-		c.reconnectMin, c.reconnectMax = minDelay, maxDelay
-	})
-}
-
-// Logger sets the logger for connection events (lost, reconnected,
-// blocked). The default is slog.Default(). Credentials are never logged.
-func Logger(l *slog.Logger) Option {
+// WithLogger sets the logger of every log line of the transport
+// (connection lost, broker alarms, shard balancing, a DLQ address that
+// could not be bound). The default is slog.Default(); nil is an error.
+// Credentials and payloads are never logged.
+func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) {
 		if l == nil {
-			c.fail("Logger(nil)")
+			c.fail("WithLogger(nil)")
 			return
 		}
 		c.logger = l
@@ -340,184 +324,4 @@ func validKind(k string) bool {
 		return true
 	}
 	return false
-}
-
-// optionsFromURL maps the URL's query keys onto Options.
-func optionsFromURL(q url.Values) ([]Option, error) {
-	flat := make(map[string]string, len(q))
-	for k, v := range q {
-		if len(v) != 1 {
-			return nil, fmt.Errorf("%w: rabbitmq: URL key %q given %d times", transport.ErrInvalidOption, k, len(v))
-		}
-		flat[k] = v[0]
-	}
-	if err := transport.UnknownKeys("rabbitmq", flat, urlKeys...); err != nil {
-		return nil, err
-	}
-	var opts []Option
-	for k, v := range flat {
-		switch k {
-		case "queue_type":
-			opts = append(opts, QueueType(v))
-		case "exchange_type":
-			opts = append(opts, ExchangeKind(v))
-		case "delivery_limit", "prefetch", "shards", "publish_channels":
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return nil, fmt.Errorf("%w: rabbitmq: URL key %s=%q is not an integer", transport.ErrInvalidOption, k, v)
-			}
-			switch k {
-			case "delivery_limit":
-				opts = append(opts, DeliveryLimit(n))
-			case "prefetch":
-				opts = append(opts, Prefetch(n))
-			case "shards":
-				opts = append(opts, Shards(n))
-			default:
-				opts = append(opts, PublishChannels(n))
-			}
-		case "heartbeat", "reconnect_max":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return nil, fmt.Errorf("%w: rabbitmq: URL key %s=%q is not a duration", transport.ErrInvalidOption, k, v)
-			}
-			if k == "heartbeat" {
-				opts = append(opts, Heartbeat(d))
-			} else {
-				opts = append(opts, Reconnect(min(DefaultReconnectMin, d), d))
-			}
-		case "mandatory", "insecure_skip_verify":
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return nil, fmt.Errorf("%w: rabbitmq: URL key %s=%q is not a boolean", transport.ErrInvalidOption, k, v)
-			}
-			if k == "mandatory" {
-				opts = append(opts, Mandatory(b))
-			} else if b {
-				opts = append(opts, TLS(&tls.Config{InsecureSkipVerify: true})) //nolint:gosec // explicit opt-in for test brokers
-			}
-		}
-	}
-	return opts, nil
-}
-
-// subOptions is a Subscription's Options, parsed and checked.
-type subOptions struct {
-	group         string // Subscription.Group, as given
-	queue         string
-	bind          []string
-	bindSet       bool
-	exchangeKind  string
-	queueType     string
-	deliveryLimit int
-	prefetch      int
-	ordered       bool
-	shards        int
-	shardSet      []int
-	passive       bool
-}
-
-func (t *Transport) parseSubscription(sub transport.Subscription) (subOptions, error) {
-	o := subOptions{
-		group:         sub.Group,
-		exchangeKind:  t.exchangeKind(sub.Topic),
-		queueType:     t.cfg.queueType,
-		deliveryLimit: t.cfg.deliveryLimit,
-		prefetch:      t.cfg.prefetch,
-		shards:        1,
-	}
-	if err := transport.UnknownKeys("rabbitmq", sub.Options, subscriptionKeys...); err != nil {
-		return o, err
-	}
-	bad := func(k, v, want string) error {
-		return fmt.Errorf("%w: rabbitmq: subscription option %s=%q: want %s", transport.ErrInvalidOption, k, v, want)
-	}
-	for k, v := range sub.Options {
-		switch k {
-		case OptQueue:
-			o.queue = v
-		case OptBind:
-			o.bindSet = true
-			if v != "" {
-				o.bind = strings.Split(v, ",")
-			}
-		case OptExchangeType:
-			if !validKind(v) {
-				return o, bad(k, v, "topic, direct, fanout or headers")
-			}
-			o.exchangeKind = v
-		case OptQueueType:
-			if v != QueueQuorum && v != QueueClassic {
-				return o, bad(k, v, "quorum or classic")
-			}
-			o.queueType = v
-		case OptDeliveryLimit, OptPrefetch, OptShards:
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || (k == OptPrefetch && n > 65535) || (k == OptShards && n > 1024) {
-				return o, bad(k, v, "a positive integer in range")
-			}
-			switch k {
-			case OptDeliveryLimit:
-				o.deliveryLimit = n
-			case OptPrefetch:
-				o.prefetch = n
-			default:
-				o.shards = n
-			}
-		case OptOrdered, OptDeclare:
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return o, bad(k, v, "a boolean")
-			}
-			if k == OptOrdered {
-				o.ordered = b
-			} else {
-				o.passive = !b
-			}
-		case OptShard:
-			for _, s := range strings.Split(v, ",") {
-				n, err := strconv.Atoi(strings.TrimSpace(s))
-				if err != nil || n < 0 {
-					return o, bad(k, v, "comma-separated shard indexes")
-				}
-				o.shardSet = append(o.shardSet, n)
-			}
-		}
-	}
-	for _, i := range o.shardSet {
-		if i >= o.shards {
-			return o, bad(OptShard, sub.Options[OptShard], fmt.Sprintf("indexes below shards=%d", o.shards))
-		}
-	}
-	if o.queue == "" {
-		g := sub.Group
-		if g == "" {
-			g = "default"
-		}
-		o.queue = sub.Topic + "." + g
-	}
-	if sub.Topic == "" && sub.Options[OptQueue] == "" {
-		return o, fmt.Errorf("%w: rabbitmq: subscription needs a Topic or a %q option", transport.ErrInvalidOption, OptQueue)
-	}
-	if !o.bindSet {
-		if o.exchangeKind == KindTopic {
-			o.bind = []string{"#"}
-		} else {
-			o.bind = []string{""}
-		}
-	}
-	if o.prefetch == 0 {
-		o.prefetch = sub.MaxInFlight
-		if o.prefetch <= 0 {
-			o.prefetch = DefaultPrefetch
-		}
-		o.prefetch = min(o.prefetch, 65535)
-	}
-	return o, nil
-}
-
-// balanced reports whether a sharded stream balances its shards between the
-// members (no fixed "shard" option).
-func (o *subOptions) balanced() bool {
-	return o.shards > 1 && len(o.shardSet) == 0 && !o.passive
 }

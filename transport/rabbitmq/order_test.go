@@ -104,15 +104,15 @@ func newRouter(t *testing.T, name string, s transport.Subscriber, sub transport.
 	return r
 }
 
-// TestSingleActiveConsumer: with "ordered", two members of a group (two
-// connections, each a Router with per-key order) never both consume: one is
-// active and handles everything in order, the other stands by; when the
-// active one closes, the standby takes over and order still holds.
+// TestSingleActiveConsumer: on the default URL, two members of a group
+// (two connections, each a Router with per-key order) never both consume:
+// one is active and handles everything in order, the other stands by; when
+// the active one closes, the standby takes over and order still holds.
 func TestSingleActiveConsumer(t *testing.T) {
 	a, b := open(t), open(t)
 	topic := transporttest.UniqueName(t, "sac")
 	cleanupSub(t, brokerURL(), topic, "g", 0)
-	sub := transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptOrdered: "true"}}
+	sub := transport.Subscription{Topic: topic, Group: "g"}
 	log := &orderLog{seqs: map[string][]int{}, member: map[string]int{}}
 	ra := newRouter(t, "a", a, sub, log.handler("a"))
 	runRouter(t, ra)
@@ -143,18 +143,19 @@ func TestSingleActiveConsumer(t *testing.T) {
 	log.mu.Unlock()
 }
 
-// TestSharded: with shards=4, messages are hashed by Key over four queues,
-// each with single active consumer; a Router handles them with per-key
-// order and every shard carries some keys. A second member consuming only
-// shards 2 and 3 takes those shards' keys while the first keeps 0 and 1.
+// TestSharded: with shards=4 in the URL, messages are hashed by Key over
+// four queues, each with single active consumer; a Router handles them
+// with per-key order and every shard carries some keys. A second member
+// consuming only shards 2 and 3 takes those shards' keys while the first
+// keeps 0 and 1.
 func TestSharded(t *testing.T) {
-	pub := open(t, rabbitmq.Shards(4))
-	c1, c2 := open(t), open(t)
+	url := withQuery(brokerURL(), "shards=4")
+	pub, c1, c2 := openURL(t, url), openURL(t, url), openURL(t, url)
 	topic := transporttest.UniqueName(t, "shard")
 	cleanupSub(t, brokerURL(), topic, "g", 4)
 	log := &orderLog{seqs: map[string][]int{}, member: map[string]int{}}
-	sub1 := transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptShards: "4", rabbitmq.OptShard: "0,1"}}
-	sub2 := transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptShards: "4", rabbitmq.OptShard: "2,3"}}
+	sub1 := transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptShard: "0,1"}}
+	sub2 := transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptShard: "2,3"}}
 	r1 := newRouter(t, "one", c1, sub1, log.handler("one"))
 	runRouter(t, r1)
 	r2 := newRouter(t, "two", c2, sub2, log.handler("two"))
@@ -169,7 +170,7 @@ func TestSharded(t *testing.T) {
 		t.Errorf("member one handled %d, two %d; want both to have shards with keys", log.member["one"], log.member["two"])
 	}
 	log.mu.Unlock()
-	lag, err := c1.Lag(context.Background(), transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptShards: "4"}})
+	lag, err := c1.Lag(context.Background(), transport.Subscription{Topic: topic, Group: "g"})
 	if err != nil || len(lag) != 4 {
 		t.Fatalf("lag %v, %v; want 4 shard queues", lag, err)
 	}
@@ -178,17 +179,16 @@ func TestSharded(t *testing.T) {
 // balanceTick is the transport's balancing interval.
 const balanceTick = 100 * time.Millisecond
 
-// TestShardedBalanced: with shards=4 and no fixed shard option, members
-// share the shard queues. A second member joins mid-stream and the first
+// TestShardedBalanced: with Shards(4) (the URL's shards=4 in code) and no
+// fixed shard option, members share the shard queues. A second member joins mid-stream and the first
 // later leaves; every message is handled exactly once, per-key order holds
 // across both handovers, and both members did work.
 func TestShardedBalanced(t *testing.T) {
-	pub := open(t, rabbitmq.Shards(4))
-	c1, c2 := open(t), open(t)
+	pub, c1, c2 := open(t, rabbitmq.Shards(4)), open(t, rabbitmq.Shards(4)), open(t, rabbitmq.Shards(4))
 	topic := transporttest.UniqueName(t, "balance")
 	cleanupSub(t, brokerURL(), topic, "g", 4)
 	log := &orderLog{seqs: map[string][]int{}, member: map[string]int{}}
-	sub := transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptShards: "4"}}
+	sub := transport.Subscription{Topic: topic, Group: "g"}
 	r1 := newRouter(t, "one", c1, sub, log.handler("one"))
 	runRouter(t, r1)
 

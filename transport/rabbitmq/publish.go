@@ -165,7 +165,7 @@ func (p *publisher) channel(ctx context.Context, i int) (*pubChannel, error) {
 }
 
 // ensureExchange declares the topic's exchange once per connection.
-func (p *publisher) ensureExchange(ctx context.Context, sess *session, topic string) error {
+func (p *publisher) ensureExchange(sess *session, topic string) error {
 	if g, ok := p.declared.Load(topic); ok && g.(uint64) == sess.gen {
 		return nil
 	}
@@ -303,16 +303,17 @@ type pending struct {
 	id       string
 }
 
-// write publishes pub on a confirm channel, retrying on a new channel
-// only while nothing can have been written (the channel was already
-// closed), and waiting for a connection, bounded by ctx.
+// write publishes pub on a confirm channel. If the channel or its
+// connection turns out to be closed before anything was written, it tries
+// once more on a new channel (dialling if need be); any other failure is
+// returned, for the caller to retry.
 func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Publishing, declare bool) (pending, error) {
 	n := len(p.slots)
 	i := 0
 	if n > 1 {
 		i = int(p.next.Add(1) % uint32(n))
 	}
-	for {
+	for try := 0; ; try++ {
 		if err := ctx.Err(); err != nil {
 			return pending{}, fmt.Errorf("rabbitmq: publish %s: %w", exchange, err)
 		}
@@ -321,8 +322,8 @@ func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Pub
 			return pending{}, fmt.Errorf("rabbitmq: publish %s: %w", exchange, err)
 		}
 		if declare {
-			if err := p.ensureExchange(ctx, pc.sess, exchange); err != nil {
-				if pc.sess.conn.IsClosed() {
+			if err := p.ensureExchange(pc.sess, exchange); err != nil {
+				if pc.sess.conn.IsClosed() && try == 0 {
 					continue
 				}
 				return pending{}, fmt.Errorf("rabbitmq: publish %s: %w", exchange, err)
@@ -335,12 +336,10 @@ func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Pub
 		if err != nil {
 			if errors.Is(err, amqp.ErrClosed) {
 				// Not written: the channel was closed before the frame left.
-				select {
-				case <-pc.sess.lost:
-				case <-time.After(10 * time.Millisecond):
-				case <-ctx.Done():
+				if try == 0 {
+					continue
 				}
-				continue
+				return pending{}, fmt.Errorf("rabbitmq: publish %s: %w", exchange, err)
 			}
 			return pending{}, fmt.Errorf("rabbitmq: publish %s: %w: %w", exchange, transport.ErrUnknownOutcome, err)
 		}

@@ -3,9 +3,6 @@ package rabbitmq
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,50 +15,19 @@ import (
 // transport. URLs use amqp:// or amqps://.
 const Scheme = "amqp"
 
-func init() {
-	transport.Register("amqp", URLOpener{})
-	transport.Register("amqps", URLOpener{})
-}
-
-// URLOpener opens amqp:// and amqps:// URLs:
-//
-//	amqp://user:password@host:5672/vhost?queue_type=quorum&delivery_limit=10
-//
-// Credentials and the vhost come from the URL (guest:guest and "/" when
-// absent, as in amqp091-go); each query key maps to one Option: queue_type
-// ([QueueType]), exchange_type ([ExchangeKind]), delivery_limit
-// ([DeliveryLimit]), prefetch ([Prefetch]), heartbeat ([Heartbeat]),
-// mandatory ([Mandatory]), shards ([Shards]), publish_channels
-// ([PublishChannels]), reconnect_max ([Reconnect]) and, for test brokers
-// only, insecure_skip_verify ([TLS]). Options given to the opener apply
-// first, then the URL's.
-type URLOpener struct {
-	Options []Option
-}
-
-// OpenURL opens a Transport from u.
-func (o URLOpener) OpenURL(ctx context.Context, u *url.URL) (transport.Transport, error) {
-	opts, err := optionsFromURL(u.Query())
-	if err != nil {
-		return nil, err
-	}
-	c := *u
-	c.RawQuery = ""
-	return New(ctx, c.String(), append(append([]Option(nil), o.Options...), opts...)...)
-}
-
 // Transport is a connection to RabbitMQ that publishes and subscribes. It
 // implements [transport.Transport], [transport.BatchPublisher],
-// [transport.DeadLetters] and [transport.LagReporter]. All methods may be
-// called concurrently.
+// [transport.Declarer], [transport.DLQNamer], [transport.DeadLetters] and
+// [transport.LagReporter]. All methods may be called concurrently.
 //
-// It keeps one AMQP connection, redialled with exponential backoff when
-// lost; publishing uses confirm-mode channels on it, and each stream its own
-// channel. After a reconnect every stream re-declares its topology and
-// resumes consuming, and the publisher re-declares exchanges before first
-// use.
+// It keeps one AMQP connection; publishing uses confirm-mode channels on
+// it, and each stream its own channel. After a connection loss the next
+// call that needs the connection dials again; every stream then
+// re-declares its topology and resumes consuming, and the publisher
+// re-declares exchanges before first use.
 type Transport struct {
 	cfg  config
+	ep   endpoint
 	conn *connector
 	pub  *publisher
 
@@ -73,55 +39,56 @@ type Transport struct {
 var (
 	_ transport.Transport      = (*Transport)(nil)
 	_ transport.BatchPublisher = (*Transport)(nil)
+	_ transport.Declarer       = (*Transport)(nil)
+	_ transport.DLQNamer       = (*Transport)(nil)
 	_ transport.DeadLetters    = (*Transport)(nil)
 	_ transport.LagReporter    = (*Transport)(nil)
 )
 
-// New connects to the broker at rawURL (amqp:// or amqps://; query keys
-// are not read here, use [URLOpener] or [transport.Open] for them) and
-// returns a Transport configured by opts. It dials once before returning,
-// bounded by ctx, so that a wrong address or credentials fail here; later
-// losses are repaired in the background. Errors never contain the password.
+// New connects to the broker at rawURL and returns a Transport configured
+// by the URL's query keys and then by opts. rawURL is
+// amqp://user:password@host:port/vhost?key=value&… (amqps:// for TLS); the
+// package documentation lists the keys, each the same as an [Option]:
+//
+//   - [Ordered]: a single active consumer per group (default true)
+//   - [Shards]: key-hashed queues per group (default 1)
+//   - [QueueType], [DeliveryLimit], [Prefetch], [ExchangeKind]: queues
+//   - [Mandatory], [PublishChannels]: publishing
+//   - [Heartbeat]: the connection
+//
+// An invalid URL or option returns an error wrapping
+// [transport.ErrInvalidOption] that names it; nothing is reported later.
+// New dials once before returning, bounded by ctx, so that a wrong address
+// or credentials fail here. Errors and log lines never contain the
+// password.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
-	cfg := newConfig(opts...)
-	if cfg.err != nil {
-		return nil, cfg.err
-	}
-	uri, err := amqp.ParseURI(rawURL)
+	cfg, ep, err := parse(rawURL, opts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: rabbitmq: bad URL: %s", transport.ErrInvalidOption, safeURIError(err))
+		return nil, err
 	}
 	acf := amqp.Config{
 		Heartbeat:       cfg.heartbeat,
-		Vhost:           uri.Vhost,
+		Vhost:           ep.uri.Vhost,
 		TLSClientConfig: cfg.tls,
 		Locale:          "en_US",
 		Properties:      amqp.Table{"connection_name": "ferry"},
 	}
-	if uri.Scheme == "amqps" && acf.TLSClientConfig == nil {
-		acf.TLSClientConfig = newTLSConfig(uri.Host)
+	if ep.uri.Scheme == "amqps" && acf.TLSClientConfig == nil {
+		acf.TLSClientConfig = newTLSConfig(ep.uri.Host)
 	} else if acf.TLSClientConfig != nil && acf.TLSClientConfig.ServerName == "" {
 		c := acf.TLSClientConfig.Clone()
-		c.ServerName = uri.Host
+		c.ServerName = ep.uri.Host
 		acf.TLSClientConfig = c
 	}
 	acf.Dial = amqp.DefaultDial(30 * time.Second)
-	t := &Transport{cfg: cfg, streams: make(map[*stream]struct{})}
-	t.conn = newConnector(rawURL, acf, cfg.logger, cfg.reconnectMin, cfg.reconnectMax)
-	if err := t.conn.start(ctx); err != nil {
+	t := &Transport{cfg: cfg, ep: ep, streams: make(map[*stream]struct{})}
+	t.conn = newConnector(ep.dial, acf, cfg.logger)
+	if _, err := t.conn.get(ctx); err != nil {
+		_ = t.conn.close(context.Background())
 		return nil, err
 	}
 	t.pub = newPublisher(t)
 	return t, nil
-}
-
-// safeURIError keeps ParseURI's message but never the URL itself.
-func safeURIError(err error) string {
-	msg := err.Error()
-	if i := strings.Index(msg, "://"); i >= 0 {
-		return "unparsable URI"
-	}
-	return msg
 }
 
 // Close stops every stream (their unacked deliveries return to the queue),
@@ -153,6 +120,33 @@ func (t *Transport) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Declare returns the Semantics a stream of sub would declare, without
+// touching the broker, or the error Subscribe would return for sub's
+// options. See [Ordered] and [Shards] for the ordering it declares.
+func (t *Transport) Declare(sub transport.Subscription) (transport.Semantics, error) {
+	o, err := t.parseSubscription(sub)
+	if err != nil {
+		return transport.Semantics{}, err
+	}
+	return semantics(&o), nil
+}
+
+// DLQName returns the dead-letter queue of sub: "<queue>.dlq", where queue
+// is sub's "queue" option or "<topic>.<group>" ("<topic>.default" without
+// a group). Subscribe declares it as a queue and as an exchange of the
+// same name bound to it, and makes it the queue's dead-letter target, so
+// that the broker's dead letters (a delivery limit reached), the
+// transport's and the dead-letter middleware's (which publishes to the
+// name the Router passes it, [transport.DLQName]) all land in it, and
+// [Transport.ListDLQ] and [Transport.ReplayDLQ] take the same name.
+func (t *Transport) DLQName(sub transport.Subscription) string { return dlqName(queueName(sub)) }
+
+// Ordering hints: what would keep order where a stream keeps none.
+const (
+	hintOrdered = "the URL option ordered=true (its default: one active consumer per group) or shards=N (key-hashed queues the members share)"
+	hintPassive = "a queue Subscribe declares itself (leave out the option declare=false)"
+)
+
 // semantics is what a stream on a queue of these options guarantees.
 func semantics(o *subOptions) transport.Semantics {
 	quorum := o.queueType == QueueQuorum
@@ -163,12 +157,16 @@ func semantics(o *subOptions) transport.Semantics {
 		Redelivery: transport.RedeliverOnNack,
 		NackDelay:  true,
 		Attempts:   quorum,
-		NativeDLQ:  quorum,
+		NativeDLQ:  quorum && !o.passive,
 		FanOut:     true,
 		Headers:    true,
 		MaxPayload: DefaultMaxPayload,
 	}
 	switch {
+	case o.passive:
+		// An existing queue: whether it has a single active consumer is
+		// not known.
+		s.OrderingHint = hintPassive
 	case o.shards > 1:
 		s.Ordering = transport.OrderPerKey
 		if o.balanced() {
@@ -178,6 +176,8 @@ func semantics(o *subOptions) transport.Semantics {
 		}
 	case o.ordered:
 		s.Ordering = transport.OrderPerTopic
+	default:
+		s.OrderingHint = hintOrdered
 	}
 	return s
 }

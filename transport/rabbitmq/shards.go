@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -16,6 +17,9 @@ import (
 const balanceTick = 100 * time.Millisecond
 
 func membersQueue(q string) string { return q + ".members" }
+
+// errNoConnection is a balancing tick's error while the connection is down.
+var errNoConnection = errors.New("rabbitmq: no connection; the next Receive dials")
 
 // shardConsumer is one shard queue held by this member: an exclusive
 // consumer on a channel of its own.
@@ -74,10 +78,14 @@ func (t *Transport) subscribeBalanced(ctx context.Context, s *stream) error {
 	return nil
 }
 
+// loop balances every tick until the stream closes. A tick that fails
+// (the connection is down) does nothing more than the next tick would: it
+// is logged when the failures start and when they end.
 func (b *balancer) loop() {
 	defer close(b.s.ended)
 	tick := time.NewTicker(balanceTick)
 	defer tick.Stop()
+	failing := false
 	for {
 		select {
 		case <-b.s.done:
@@ -87,20 +95,31 @@ func (b *balancer) loop() {
 		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := b.tick(ctx); err != nil {
-			b.s.t.cfg.logger.Warn("rabbitmq: shard balancing failed; retrying", "queue", b.s.o.queue, "err", err)
-		}
+		err := b.tick(ctx)
 		cancel()
+		switch {
+		case err != nil && !failing:
+			b.s.t.cfg.logger.Warn("rabbitmq: shard balancing failed; trying again every tick", "queue", b.s.o.queue, "err", err)
+		case err == nil && failing:
+			b.s.t.cfg.logger.Info("rabbitmq: shard balancing works again", "queue", b.s.o.queue)
+		}
+		failing = err != nil
 	}
 }
 
 // tick (re)declares the topology after a reconnect, counts the members and
-// takes or gives up shards to hold ceil(N/members).
+// takes or gives up shards to hold ceil(N/members). It never dials: with
+// no connection it asks Receive to (see stream.needConn), so that the
+// Router's backoff paces the dialling.
 func (b *balancer) tick(ctx context.Context) error {
 	s := b.s
-	sess, err := s.t.conn.get(ctx)
-	if err != nil {
-		return err
+	sess := s.t.conn.current()
+	if sess == nil {
+		select {
+		case s.needConn <- struct{}{}:
+		default:
+		}
+		return errNoConnection
 	}
 	if b.gen != sess.gen || b.admin == nil || b.admin.IsClosed() || b.presence == nil || b.presence.IsClosed() {
 		b.closeAll()
@@ -224,7 +243,7 @@ func (b *balancer) acquire(sess *session, i int, q string) {
 	}
 	sc := &shardConsumer{idx: i, queue: q, ch: ch, tag: tag, stop: make(chan struct{})}
 	b.held[i] = sc
-	go s.forward(ch, q, int32(i), dels, sc)
+	go s.forward(ch, q, int32(i), dels, sc, nil)
 }
 
 // release gives a shard up: it stops handing its deliveries to Receive,

@@ -27,19 +27,17 @@ func retryQueue(q string, d time.Duration) string {
 	return q + ".retry." + strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }
 
-// dlqAddress names the exchange through which a publish reaches the DLQ
-// of group's subscription: "<group>.dlq", the middleware's default DLQ
-// topic for a subscription whose group is its name (the Router's default).
-func dlqAddress(group string) string { return group + ".dlq" }
+// groupDLQAddress names the exchange through which a publish reaches the
+// DLQ of group's subscription without knowing its queue: "<group>.dlq",
+// what the dead-letter middleware publishes to outside a Router
+// ([transport.DLQName] without the transport).
+func groupDLQAddress(group string) string { return group + transport.DLQSuffix }
 
-// DLQName returns the name of the dead-letter queue that Subscribe declares
-// for a subscription consuming queue (the "queue" option, or
-// "<topic>.<group>"): "<queue>.dlq", fed by the fanout exchange
-// "<queue>.dlx", into which the broker dead-letters, and by the DLQ
-// address "<group>.dlq", to which the dead-letter middleware publishes.
-// Pass it to ListDLQ and ReplayDLQ. Under the Router, whose default group
-// is the subscription's name, the DLQ of subscription "inventory" on topic
-// "orders" is DLQName("orders.inventory"), "orders.inventory.dlq".
+// DLQName returns the dead-letter queue of the subscription queue queue
+// (its "queue" option, or "<topic>.<group>"): "<queue>.dlq". Prefer
+// [transport.DLQName](t, sub), which is [Transport.DLQName]: under the
+// Router, whose default group is the subscription's name, the DLQ of
+// subscription "inventory" on topic "orders" is "orders.inventory.dlq".
 func DLQName(queue string) string { return dlqName(queue) }
 
 // bucket rounds a Nack delay up to the delay bucket it waits in, so that a
@@ -105,7 +103,7 @@ func (t *Transport) declareExchange(ch *amqp.Channel, topic, kind string) error 
 
 // queueArgs returns the arguments of a subscription queue: its type, the
 // delivery limit and dead-lettering to the subscription's DLX, and single
-// active consumer when ordered.
+// active consumer when ordered (the default) or sharded.
 func queueArgs(o *subOptions, dlx string) amqp.Table {
 	args := amqp.Table{
 		"x-queue-type":           o.queueType,
@@ -149,7 +147,9 @@ func (t *Transport) declareSubscription(ch *amqp.Channel, topic string, o *subOp
 	if err := ch.QueueBind(dlq, "", dlx, false, nil); err != nil {
 		return nil, fmt.Errorf("rabbitmq: bind %q to %q: %w", dlq, dlx, err)
 	}
-	t.declareDLQAddress(topic, dlx, o)
+	if err := t.declareDLQAddresses(topic, dlx, o); err != nil {
+		return nil, err
+	}
 	if topic != "" {
 		if err := t.declareExchange(ch, topic, o.exchangeKind); err != nil {
 			return nil, err
@@ -178,33 +178,32 @@ func (t *Transport) declareSubscription(ch *amqp.Channel, topic string, o *subOp
 	return queues, nil
 }
 
-// declareDLQAddress makes a publish to the topic "<group>.dlq" (what the
-// dead-letter middleware does by default, the Router's group being the
-// subscription's name) land in this subscription's DLQ, next to the
-// broker's own dead letters:
+// declareDLQAddresses makes a publish to a DLQ's name land in the DLQ,
+// next to the broker's own dead letters, so that the name the dead-letter
+// middleware publishes to is the name ListDLQ reads:
 //
-//	"<group>.dlq" (the kind a publish declares it with, topic by default)
+//	"<queue>.dlq" (exchange, the kind a publish declares) → "<queue>.dlq" (queue)
+//
+// and, with a group, the name the middleware uses outside a Router:
+//
+//	"<group>.dlq" (exchange, the kind a publish declares)
 //	  → "<queue>.dlx.match" (headers: ferry-original-topic = the topic)
 //	  → "<queue>.dlx" (the DLX, fanout) → "<queue>.dlq"
 //
-// The address binds with "#" and the subscription's binding keys: every
+// The addresses bind with "#" and the subscription's binding keys: every
 // routing key on a topic exchange, everything on a fanout or headers one,
 // and on a direct one the keys the subscription takes (a dead letter keeps
 // the routing key of its original). The headers exchange keeps the dead
 // letters of a group that consumes several topics apart: each reaches the
 // DLQ of the topic it was consumed from. Without a topic (the "queue"
-// option) the address binds to the DLX directly.
+// option) the group address binds to the DLX directly.
 //
-// It is best effort, on channels of its own: an address that already
-// exists with another kind is bound as it is, and any other failure is
-// logged, not returned, because the subscription works without it (a
-// dead-letter publish to the address is then refused as unroutable, so the
-// message is redelivered until the delivery limit dead-letters it).
-func (t *Transport) declareDLQAddress(topic, dlx string, o *subOptions) {
-	if o.group == "" {
-		return
-	}
-	addr := dlqAddress(o.group)
+// An address that already exists with another kind is bound as it is.
+// Failing to bind "<queue>.dlq" fails Subscribe; failing to bind the group
+// address is logged, not returned, because the Router does not use it (a
+// publish to it is then refused as unroutable, and the message is
+// redelivered until the delivery limit dead-letters it).
+func (t *Transport) declareDLQAddresses(topic, dlx string, o *subOptions) error {
 	keys := []string{"#"}
 	for _, k := range o.bind {
 		if k != "#" {
@@ -213,45 +212,75 @@ func (t *Transport) declareDLQAddress(topic, dlx string, o *subOptions) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	dlq := dlqName(o.queue)
+	if err := t.bindAddress(ctx, dlq, dlq, true, keys); err != nil {
+		return fmt.Errorf("rabbitmq: bind the DLQ address %q: %w", dlq, err)
+	}
+	if o.group == "" {
+		return nil
+	}
+	addr := groupDLQAddress(o.group)
+	dest := dlx
 	err := func() error {
+		if topic == "" {
+			return nil
+		}
+		dest = dlxMatchName(o.queue)
 		ch, _, err := t.conn.channel(ctx)
 		if err != nil {
 			return err
 		}
 		defer ch.Close()
-		dest := dlx
-		if topic != "" {
-			dest = dlxMatchName(o.queue)
-			if err := ch.ExchangeDeclare(dest, KindHeaders, true, false, false, false, nil); err != nil {
-				return fmt.Errorf("declare %q: %w", dest, err)
-			}
-			if err := ch.ExchangeBind(dlx, "", dest, false, amqp.Table{
-				"x-match": "all", transport.HeaderOriginalTopic: topic}); err != nil {
-				return fmt.Errorf("bind %q to %q: %w", dlx, dest, err)
-			}
+		if err := ch.ExchangeDeclare(dest, KindHeaders, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declare %q: %w", dest, err)
 		}
-		if err := t.declareExchange(ch, addr, ""); err != nil {
-			var ae *amqp.Error
-			if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
-				return err
-			}
-			// It exists with another kind: bind to it as it is.
-			if ch, _, err = t.conn.channel(ctx); err != nil {
-				return err
-			}
-			defer ch.Close()
-		}
-		for _, k := range keys {
-			if err := ch.ExchangeBind(dest, k, addr, false, nil); err != nil {
-				return fmt.Errorf("bind %q to %q with %q: %w", dest, addr, k, err)
-			}
+		if err := ch.ExchangeBind(dlx, "", dest, false, amqp.Table{
+			"x-match": "all", transport.HeaderOriginalTopic: topic}); err != nil {
+			return fmt.Errorf("bind %q to %q: %w", dlx, dest, err)
 		}
 		return nil
 	}()
-	if err != nil {
-		t.cfg.logger.Warn("rabbitmq: the DLQ address is not bound: a publish to it is unroutable",
-			"address", addr, "dlq", dlqName(o.queue), "err", err.Error())
+	if err == nil {
+		err = t.bindAddress(ctx, addr, dest, false, keys)
 	}
+	if err != nil {
+		t.cfg.logger.Warn("rabbitmq: the group's DLQ address is not bound: a publish to it is unroutable",
+			"address", addr, "dlq", dlq, "err", err.Error())
+	}
+	return nil
+}
+
+// bindAddress declares the exchange addr as a publish to it would, or
+// takes it as it is if it exists with another kind, and binds dest (a
+// queue, or an exchange) to it with each key.
+func (t *Transport) bindAddress(ctx context.Context, addr, dest string, toQueue bool, keys []string) error {
+	ch, _, err := t.conn.channel(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	if err := t.declareExchange(ch, addr, ""); err != nil {
+		var ae *amqp.Error
+		if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+			return err
+		}
+		// It exists with another kind, which closed the channel: bind to
+		// it as it is.
+		if ch, _, err = t.conn.channel(ctx); err != nil {
+			return err
+		}
+	}
+	for _, k := range keys {
+		if toQueue {
+			err = ch.QueueBind(dest, k, addr, false, nil)
+		} else {
+			err = ch.ExchangeBind(dest, k, addr, false, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("bind %q to %q with %q: %w", dest, addr, k, err)
+		}
+	}
+	return nil
 }
 
 // declareRetry declares the delay bucket for queue q: a queue without
@@ -277,23 +306,4 @@ func declareRetry(ch *amqp.Channel, q string, d time.Duration, queueType string)
 		return "", fmt.Errorf("rabbitmq: declare retry queue %q: %w", name, err)
 	}
 	return name, nil
-}
-
-// queueNames returns the queues a stream with these options consumes: the
-// queue, or the selected shard queues.
-func (o *subOptions) queueNames() []string {
-	if o.shards <= 1 {
-		return []string{o.queue}
-	}
-	shards := o.shardSet
-	if len(shards) == 0 {
-		for i := range o.shards {
-			shards = append(shards, i)
-		}
-	}
-	queues := make([]string, 0, len(shards))
-	for _, i := range shards {
-		queues = append(queues, shardQueue(o.queue, i))
-	}
-	return queues
 }

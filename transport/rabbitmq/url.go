@@ -1,0 +1,132 @@
+package rabbitmq
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/url"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ferrymq/ferry/transport"
+)
+
+func init() {
+	transport.Register("amqp", opener{})
+	transport.Register("amqps", opener{})
+}
+
+// URL query keys, each mapping to one [Option].
+const (
+	keyQueueType       = "queue_type"           // QueueType
+	keyExchangeType    = "exchange_type"        // ExchangeKind
+	keyDeliveryLimit   = "delivery_limit"       // DeliveryLimit
+	keyPrefetch        = "prefetch"             // Prefetch
+	keyHeartbeat       = "heartbeat"            // Heartbeat
+	keyMandatory       = "mandatory"            // Mandatory
+	keyOrdered         = "ordered"              // Ordered
+	keyShards          = "shards"               // Shards
+	keyPublishChannels = "publish_channels"     // PublishChannels
+	keyInsecure        = "insecure_skip_verify" // TLS with InsecureSkipVerify
+)
+
+// opener opens amqp:// and amqps:// URLs for [transport.Open] with [New].
+type opener struct{}
+
+func (opener) OpenURL(ctx context.Context, u *url.URL) (transport.Transport, error) {
+	return New(ctx, u.String())
+}
+
+// endpoint is where a Transport connects: the URL without its query, as
+// amqp091-go dials it, and its parts.
+type endpoint struct {
+	dial string // scheme://user:password@host:port/vhost: never printed
+	uri  amqp.URI
+	safe string // transport.Redact of the URL, for errors and logs
+}
+
+// parse reads rawURL's settings into a config, then applies opts: the one
+// path by which [New] and transport.Open configure a Transport. Errors wrap
+// transport.ErrInvalidOption, name the key or Option, and never contain the
+// URL's user-info.
+func parse(rawURL string, opts []Option) (config, endpoint, error) {
+	cfg := defaultConfig()
+	var ep endpoint
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return cfg, ep, fmt.Errorf("%w: rabbitmq: cannot parse the URL (a reserved character in the user or password must be %%-escaped)", transport.ErrInvalidOption)
+	}
+	scheme := strings.ToLower(u.Scheme)
+	if scheme != "amqp" && scheme != "amqps" {
+		return cfg, ep, fmt.Errorf("%w: rabbitmq: scheme %q is not amqp or amqps", transport.ErrInvalidOption, u.Scheme)
+	}
+	q := transport.ParseQuery("rabbitmq", u.RawQuery)
+	if v, ok := q.String(keyQueueType); ok {
+		QueueType(v).apply(&cfg)
+	}
+	if v, ok := q.String(keyExchangeType); ok {
+		ExchangeKind(v).apply(&cfg)
+	}
+	if n, ok := q.Int(keyDeliveryLimit); ok {
+		DeliveryLimit(n).apply(&cfg)
+	}
+	if n, ok := q.Int(keyPrefetch); ok {
+		Prefetch(n).apply(&cfg)
+	}
+	if d, ok := q.Duration(keyHeartbeat); ok {
+		Heartbeat(d).apply(&cfg)
+	}
+	if b, ok := q.Bool(keyMandatory); ok {
+		Mandatory(b).apply(&cfg)
+	}
+	if b, ok := q.Bool(keyOrdered); ok {
+		Ordered(b).apply(&cfg)
+	}
+	if n, ok := q.Int(keyShards); ok {
+		Shards(n).apply(&cfg)
+	}
+	if n, ok := q.Int(keyPublishChannels); ok {
+		PublishChannels(n).apply(&cfg)
+	}
+	if b, ok := q.Bool(keyInsecure); ok && b {
+		if scheme != "amqps" {
+			q.Fail(keyInsecure, "applies to amqps:// only")
+		}
+		TLS(&tls.Config{InsecureSkipVerify: true}).apply(&cfg) //nolint:gosec // explicit opt-in for test brokers
+	}
+	if err := q.Err(); err != nil {
+		return cfg, ep, err
+	}
+	if cfg.err != nil {
+		return cfg, ep, cfg.err
+	}
+	for _, o := range opts {
+		if o == nil {
+			return cfg, ep, fmt.Errorf("%w: rabbitmq: nil Option", transport.ErrInvalidOption)
+		}
+		o.apply(&cfg)
+	}
+	cfg.check()
+	if cfg.err != nil {
+		return cfg, ep, cfg.err
+	}
+	d := *u
+	d.Scheme, d.RawQuery, d.ForceQuery, d.Fragment, d.RawFragment = scheme, "", false, "", ""
+	ep.dial = d.String()
+	ep.safe = transport.Redact(&d)
+	ep.uri, err = amqp.ParseURI(ep.dial)
+	if err != nil {
+		return cfg, ep, fmt.Errorf("%w: rabbitmq: bad URL %s: %s", transport.ErrInvalidOption, ep.safe, safeURIError(err))
+	}
+	return cfg, ep, nil
+}
+
+// safeURIError keeps ParseURI's message but never the URL itself.
+func safeURIError(err error) string {
+	msg := err.Error()
+	if strings.Contains(msg, "://") {
+		return "unparsable URI"
+	}
+	return msg
+}
