@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -167,13 +168,35 @@ func (n *privateNode) restart() {
 
 // ctl runs rabbitmqctl against the node.
 func (n *privateNode) ctl(args ...string) error {
+	_, err := n.ctlOut(args...)
+	return err
+}
+
+// ctlOut runs rabbitmqctl against the node and returns its output.
+func (n *privateNode) ctlOut(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/usr/lib/rabbitmq/bin/rabbitmqctl", append([]string{"-n", n.name}, args...)...)
 	cmd.Env = n.env
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("rabbitmqctl %v: %v: %s", args, err, out)
+		return "", fmt.Errorf("rabbitmqctl %v: %v: %s", args, err, out)
 	}
-	return nil
+	return string(out), nil
+}
+
+// connections returns the client connections the node has open.
+func (n *privateNode) connections() int {
+	n.tb.Helper()
+	out, err := n.ctlOut("list_connections", "--quiet", "--no-table-headers", "name")
+	if err != nil {
+		n.tb.Fatal(err)
+	}
+	c := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.TrimSpace(line) != "" {
+			c++
+		}
+	}
+	return c
 }
