@@ -1,28 +1,47 @@
 // Package rabbitmq is Ferry's RabbitMQ transport (AMQP 0-9-1, on
 // github.com/rabbitmq/amqp091-go), registered for amqp:// and amqps://.
 // Producers publish to an exchange named after the topic; each group of
-// consumers has its own durable quorum queue bound to it, with a delivery
-// limit and a dead-letter exchange and queue.
+// consumers has its own durable quorum queue bound to it, with a single
+// active consumer, a delivery limit and a dead-letter queue.
 //
-// Make a [Transport] with [New], or open one by URL after a blank import:
+// Make a [Transport] with [New], or open one by URL after a blank import;
+// both read the URL the same way:
+//
+//	t, err := rabbitmq.New(ctx, "amqp://app:secret@rabbit:5672/shop?delivery_limit=5")
 //
 //	import _ "github.com/ferrymq/ferry/transport/rabbitmq"
 //	t, err := transport.Open(ctx, "amqp://app:secret@rabbit:5672/shop?delivery_limit=5")
+//
+// # What the default URL gives
+//
+// Message.ID, Key and Headers travel in AMQP's own fields and come back byte
+// for byte. Each group's queue has a single active consumer: one member
+// consumes, the others stand by and take over in order, so the group's
+// messages arrive in publish order (per-topic order), and the Router
+// handles different keys concurrently and each key in order. The price is
+// that the members of a group do not share the work: shards=N spreads a
+// group over N key-hashed queues that the members share, keeping per-key
+// order; ordered=false lets the members compete for one queue, with no
+// order (the stream then declares OrderNone, and the Router refuses
+// per-key order on it).
 //
 // # URLs
 //
 // amqp://user:password@host:port/vhost and amqps:// for TLS: credentials,
 // host, port and vhost as amqp091-go reads them (guest:guest, port 5672 or
 // 5671, vhost "/" when absent; the vhost is the path, "%2F" for "/"). The
-// query keys, each the same as an [Option]: queue_type ([QueueType]),
-// exchange_type ([ExchangeKind]), delivery_limit ([DeliveryLimit]),
-// prefetch ([Prefetch]), heartbeat ([Heartbeat]), mandatory ([Mandatory]),
-// shards ([Shards]), publish_channels ([PublishChannels]), reconnect_max
-// ([Reconnect]) and insecure_skip_verify (test brokers only). Any other key
-// is an error wrapping [transport.ErrInvalidOption]. TLS settings beyond the
-// defaults, an exchange kind per topic ([Declare]) and a routing-key
-// function ([RoutingKey]) are set in code. No error or log line carries the
-// password.
+// query keys, each the same as an [Option] and read under the rule of
+// [transport.ParseQuery] (each key at most once, every key known):
+// ordered ([Ordered]), shards ([Shards]), queue_type ([QueueType]),
+// delivery_limit ([DeliveryLimit]), prefetch ([Prefetch]), exchange_type
+// ([ExchangeKind]), mandatory ([Mandatory]), publish_channels
+// ([PublishChannels]), heartbeat ([Heartbeat]) and insecure_skip_verify
+// (amqps:// test brokers only). Options given to New apply after the URL's.
+// TLS settings beyond the defaults ([TLS]), exchanges of their own kind
+// ([Exchanges]), per-topic shards ([TopicShards]), a routing-key function
+// ([RoutingKey]) and the logger ([WithLogger]) are set in code. Every error
+// about them wraps [transport.ErrInvalidOption], is returned by New, and
+// never contains the password; nor does any log line.
 //
 // A [transport.Subscription] maps onto the broker like this:
 //
@@ -30,37 +49,53 @@
 //     fanout, headers); Publish and Subscribe declare it idempotently.
 //   - Group names the queue "<topic>.<group>" ("<topic>.default" without a
 //     group), bound to the exchange with "#" (a topic exchange) or "" (the
-//     others). Each group gets every message; the members of a group, one
-//     stream each, share the queue. Consumer becomes the consumer tag.
-//   - Options: queue (the queue name), bind (comma-separated binding keys,
-//     such as "order.placed.*,order.*.eu"), exchange_type, queue_type,
-//     delivery_limit, prefetch, ordered (single active consumer), shards and
-//     shard (key-hashed shard queues), declare=false (consume an existing
-//     queue, such as a DLQ, declaring nothing). Unknown keys are an error.
+//     others). Each group gets every message. Consumer becomes the
+//     consumer tag.
+//   - Options (read under the same rule as the URL): queue (the queue
+//     name), bind (comma-separated binding keys, such as
+//     "order.placed.*,order.*.eu"), exchange_type, queue_type,
+//     delivery_limit, prefetch, ordered (overrides the URL's), shard (pins
+//     a member to some shard queues) and declare=false (consume an
+//     existing queue, such as a DLQ, declaring nothing).
 //   - MaxInFlight sets the prefetch (basic.qos) unless prefetch is given;
 //     256 without either.
 //
-// Subscribe declares, each time and again after every reconnect: the
-// fanout exchange "<queue>.dlx" and the queue "<queue>.dlq" bound to it, and
-// the queue itself with x-queue-type, x-dead-letter-exchange, and on quorum
-// queues x-delivery-limit, x-overflow=reject-publish and
-// x-dead-letter-strategy=at-least-once (so the broker never drops a
-// poison message on its way to the DLQ). Declaring a queue that exists with
-// other arguments fails with the broker's PRECONDITION_FAILED.
+// [Transport.Declare] says what a subscription's stream will declare,
+// without touching the broker.
 //
-// With a Group it also declares the DLQ address "<group>.dlq": an exchange
-// (of the kind a publish to that topic declares) bound, through the headers
-// exchange "<queue>.dlx.match" that admits only messages whose
-// ferry-original-topic is the subscription's Topic, to the DLX. So a
-// publish to the topic "<group>.dlq" lands in "<queue>.dlq". That is where
-// the dead-letter middleware publishes by default ("<subscription>.dlq",
-// and the Router's default group is the subscription's name): its dead
-// letters, with their failure record, and the broker's own share one DLQ
-// per subscription, listed and replayed together. A group consuming several
-// topics gets each dead letter in the DLQ of its topic. The address is best
-// effort: one that exists with another exchange kind is bound as it is,
-// and a failure to declare it is logged, not returned (a publish to it is
-// then [ErrUnroutable]).
+// Subscribe declares, each time and again after every reconnect: the
+// fanout exchange "<queue>.dlx" and the queue "<queue>.dlq" bound to it,
+// the exchange "<queue>.dlq" bound to that queue too, and the queue itself
+// with x-queue-type, x-dead-letter-exchange, x-single-active-consumer
+// (unless ordered=false), and on quorum queues x-delivery-limit,
+// x-overflow=reject-publish and x-dead-letter-strategy=at-least-once (so
+// the broker never drops a poison message on its way to the DLQ).
+// Declaring a queue that exists with other arguments fails with the
+// broker's PRECONDITION_FAILED.
+//
+// # Dead letters
+//
+// The DLQ of a subscription is the queue "<queue>.dlq", named by
+// [transport.DLQName] (this transport is a [transport.DLQNamer]). Three
+// kinds of dead letter land in it, each with the record of
+// [transport.NewDeadLetter] next to the original message:
+//
+//   - the dead-letter middleware's: the Router passes it the DLQ's name,
+//     and a publish to that name reaches the exchange "<queue>.dlq", bound
+//     to the queue;
+//   - the transport's: a message Nacked past the delivery limit is copied
+//     to the DLX, with the attempts and the limit in its record, and acked;
+//   - the broker's: a message whose consumers keep dying reaches the
+//     limit inside the broker, which dead-letters it with x-death;
+//     [Transport.ListDLQ] reads its record from x-death (Attempts 0: the
+//     broker does not keep its count).
+//
+// With a Group, Subscribe also binds "<group>.dlq" (where the middleware
+// publishes when it runs outside a Router) through the headers exchange
+// "<queue>.dlx.match", which admits only dead letters whose
+// ferry-original-topic is the subscription's Topic, so a group consuming
+// several topics gets each dead letter in the DLQ of its topic. It is
+// best effort: a failure to bind it is logged.
 //
 // # Delivery semantics
 //
@@ -74,9 +109,7 @@
 // confirm, [transport.ErrUnknownOutcome]: retry with the same ID, consumers
 // dedupe. While the broker blocks the connection (a memory or disk alarm:
 // connection.blocked) Publish waits, bounded by ctx, and then fails with
-// [ErrBlocked]; the alarm and its clearing are logged. While the connection
-// is down Publish waits for the reconnect, bounded by ctx; a message not yet
-// written is never lost or sent twice by the transport itself.
+// [ErrBlocked]; the alarm and its clearing are logged.
 //
 // Consumers use manual acks with a bounded prefetch. Ack sends basic.ack at
 // once (amqp091 writes it without a round trip); a crash after the handler
@@ -89,45 +122,28 @@
 // below 1 s, seconds below 1 min, minutes below 1 h, hours above), one
 // queue per bucket, which expires when unused for the delay plus a minute.
 // The copy carries the attempts so far in a private header, so the attempt
-// count survives the delay.
-//
-// Facts.Attempt is 1 + x-delivery-count (+ the attempts before any retry
-// delay): the broker's count, which survives a consumer crash. A message
-// whose attempt passes the delivery limit ([DeliveryLimit], default 10; at
-// most limit+1 deliveries) when it is nacked is published to the DLX with
-// the dead-letter headers of package transport (ferry-attempts,
-// ferry-subscription, ferry-original-topic, ferry-error, ferry-first-failure
-// and ferry-last-failure) and acked. A message whose consumers keep dying
-// reaches the same limit inside the broker, which dead-letters it itself
-// with x-death. The dead-letter middleware's dead letters arrive in the
-// same queue through the DLQ address. [Transport.ListDLQ] and
-// [Transport.ReplayDLQ] operate on "<queue>.dlq" ([DLQName]), that is
-// "<topic>.<subscription>.dlq" under the Router's default group;
-// [Transport.Lag] reports the ready messages of each queue.
+// count survives the delay. Facts.Attempt is 1 + x-delivery-count (+ the
+// attempts before any retry delay): the broker's count, which survives a
+// consumer crash.
 //
 // Each stream declares these [transport.Semantics]:
 //
 //   - Transport "amqp".
-//   - Ordering: OrderNone by default (the members of a group take turns on
-//     one queue, and a requeued message can overtake); OrderPerTopic with
-//     ordered=true (x-single-active-consumer: one member consumes, the
-//     others stand by and take over when it leaves, so they do not share
-//     the work); OrderPerKey with shards=N (N queues "<queue>.s<i>", each
-//     with single active consumer; the publisher, given the same [Shards],
-//     routes a message to shard FNV-1a(Key) mod N with routing key
-//     "<i>.<routing key>"). The members of the group share the shard
-//     queues: every 100 ms each counts the members (the consumers of the
-//     presence queue "<queue>.members") and holds ceil(N/members) shards,
-//     taking ones without a consumer and giving extra ones up. It gives a
-//     shard up only after every delivery of it handed to Receive is
-//     settled, returning the ones it holds back, so per-key order holds
-//     across the handover (their attempt rises by one). The shard option
-//     fixes a member's shards instead.
+//   - Ordering: OrderPerTopic by default (single active consumer);
+//     OrderPerKey with shards=N (N queues "<queue>.s<i>", each with single
+//     active consumer; the publisher, reading the same URL, routes a
+//     message to shard FNV-1a(Key) mod N with routing key
+//     "<i>.<routing key>"; the members of the group share the shard
+//     queues, each holding about N/members, rebalanced every 100 ms, and a
+//     shard changes hands only once the deliveries handed out from it are
+//     settled, so per-key order holds across the handover); OrderNone with
+//     ordered=false, or declare=false, with an OrderingHint naming the
+//     option that would keep order.
 //   - Ack AckPerMessage; Redelivery RedeliverOnNack; NackDelay true.
 //   - FanOut true: each group has its own queue bound to the exchange.
-//   - Attempts and NativeDLQ true on quorum queues, false on classic ones
-//     (no delivery count: Attempt is 2 when the broker flags a redelivery;
-//     no delivery limit).
+//   - Attempts true on quorum queues, false on classic ones (no delivery
+//     count: Attempt is 2 when the broker flags a redelivery); NativeDLQ
+//     true on the quorum queues Subscribe declares.
 //   - Extend false (no leases: a delivery stays with its consumer until
 //     settled or its channel closes); Replay false; Headers true.
 //   - MaxPayload 128 MiB (RabbitMQ's default max_message_size); larger
@@ -135,11 +151,18 @@
 //   - RedeliveryDelay 0, or 200ms on a sharded subscription (a shard a member
 //     left is taken over at the next balancing tick).
 //
-// After a connection loss the transport redials with exponential backoff
-// ([Reconnect]); each stream then opens a new channel, re-declares its
-// topology, sets its prefetch and consumes again, and Receive carries on.
-// Deliveries unsettled at the loss are redelivered by the broker; Ack or
-// Nack on them returns an error wrapping [ErrStale].
+// # Connection loss
+//
+// The transport keeps one AMQP connection and dials it when a call needs
+// it: New, and after a loss the next Publish, Subscribe or Receive (once,
+// shared by the callers waiting at that moment). A failed dial is
+// returned, and the caller's backoff (the Router's receive loop, a
+// publisher's retry) decides when to try again: the transport runs no
+// reconnect loop of its own. Receive on a stream whose channel was lost
+// opens a new channel, re-declares the topology and consumes again;
+// deliveries of the lost channel still buffered are dropped (the broker has
+// requeued them), and Ack or Nack on one already handed out returns an
+// error wrapping [ErrStale], which wraps [transport.ErrRevoked].
 //
 // Closing a stream (or giving a shard up) closes its channel 250 ms after
 // the last settle: RabbitMQ 3.10 quorum queues can drop acks sent just
@@ -167,6 +190,9 @@
 //     arrays, such as x-death, as JSON. x-delivery-count becomes
 //     Facts.Attempt rather than a header; headers named x-ferry-* are the
 //     transport's own and are hidden.
+//   - A queue with a single active consumer (the default) serves
+//     basic.consume only: RabbitMQ refuses basic.get on it
+//     (RESOURCE_LOCKED), so other clients consume rather than get.
 //
 // # Not supported
 //

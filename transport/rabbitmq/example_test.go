@@ -6,7 +6,7 @@ import (
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
-	_ "github.com/ferrymq/ferry/transport/rabbitmq"
+	"github.com/ferrymq/ferry/transport/rabbitmq"
 )
 
 // Open RabbitMQ by URL: the inventory group gets its own quorum queue
@@ -44,7 +44,9 @@ func Example_openFromURL() {
 // event type, the fraud group receives placed orders of every region.
 func Example_bindingPatterns() {
 	ctx := context.Background()
-	t, err := transport.Open(ctx, "amqp://guest:guest@localhost:5672/")
+	t, err := rabbitmq.New(ctx, "amqp://guest:guest@localhost:5672/", rabbitmq.RoutingKey(func(m *handler.Message) string {
+		return "order.placed." + m.Headers["region"]
+	}))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -52,7 +54,22 @@ func Example_bindingPatterns() {
 	defer t.Close(ctx)
 	_, err = t.Subscribe(ctx, transport.Subscription{
 		Topic: "orders", Group: "fraud",
-		Options: map[string]string{"bind": "order.placed.*", "ordered": "true"},
+		Options: map[string]string{"bind": "order.placed.*"},
 	})
 	fmt.Println(err)
+}
+
+// Scale a group out with per-key order: shards=4 in the URL that both the
+// publisher and the consumers open spreads each group over four key-hashed
+// queues, shared by up to four members.
+func Example_shards() {
+	ctx := context.Background()
+	t, err := transport.Open(ctx, "amqp://guest:guest@localhost:5672/?shards=4")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer t.Close(ctx)
+	sem, err := t.(transport.Declarer).Declare(transport.Subscription{Topic: "orders", Group: "inventory"})
+	fmt.Println(sem.Ordering, err)
 }
