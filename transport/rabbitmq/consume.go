@@ -35,14 +35,14 @@ func (s *stream) setup(ch *amqp.Channel) error {
 		}
 		dels[i] = d
 	}
-	c := &consumers{ch: ch, lost: make(chan struct{})}
+	c := &consumers{ch: ch, ack: newAcker(ch, s.t.cfg.logger), lost: make(chan struct{})}
 	s.cur.Store(c)
 	for i, d := range dels {
 		part := int32(-1)
 		if s.o.shards > 1 {
 			part = int32(s.shardIndex(i))
 		}
-		go s.forward(ch, queues[i], part, d, nil, c)
+		go s.forward(c.ack, queues[i], part, d, nil, c)
 	}
 	return nil
 }
@@ -57,9 +57,10 @@ func (s *stream) resume(ctx context.Context) error {
 	if s.closed {
 		return fmt.Errorf("rabbitmq: receive %s: %w", s.o.queue, transport.ErrClosed)
 	}
-	if old := s.cur.Load(); old != nil && !old.ch.IsClosed() {
-		// A consumer was cancelled (its queue deleted) on a live channel.
-		go quiesce(old.ch)
+	if old := s.cur.Load(); old != nil {
+		// Lost, or a consumer was cancelled (its queue deleted) on a live
+		// channel: retire it.
+		go old.retire(context.Background())
 	}
 	ch, _, err := s.t.conn.channel(ctx)
 	if err != nil {
@@ -86,7 +87,7 @@ func (s *stream) shardIndex(i int) int {
 // not nil) it counts the deliveries handed over, and once the shard is
 // being given up it hands nothing more over: those deliveries return to
 // the queue when the shard's channel closes.
-func (s *stream) forward(ch *amqp.Channel, queue string, part int32, in <-chan amqp.Delivery, sc *shardConsumer, c *consumers) {
+func (s *stream) forward(a *acker, queue string, part int32, in <-chan amqp.Delivery, sc *shardConsumer, c *consumers) {
 	if c != nil {
 		defer c.end()
 	}
@@ -101,7 +102,7 @@ func (s *stream) forward(ch *amqp.Channel, queue string, part int32, in <-chan a
 		if sc != nil && !sc.take() {
 			continue // returned to the queue when the shard's channel closes
 		}
-		d := &delivery{s: s, ch: ch, queue: queue, raw: raw, sc: sc}
+		d := &delivery{s: s, a: a, queue: queue, raw: raw, sc: sc}
 		fromDelivery(&d.msg, &d.raw, s.sub.Topic)
 		if top := headerString(raw.Headers[hdrTopic]); top != "" && s.sub.Topic == "" {
 			d.msg.Topic = top

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/batch"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -23,7 +24,7 @@ var ErrStale = fmt.Errorf("rabbitmq: delivery's channel closed; the broker redel
 // delivery is one AMQP delivery to the Router.
 type delivery struct {
 	s       *stream
-	ch      *amqp.Channel
+	a       *acker // of the channel it came on
 	queue   string
 	raw     amqp.Delivery
 	msg     handler.Message
@@ -45,15 +46,23 @@ func (d *delivery) done() {
 
 func (d *delivery) Message() *handler.Message { return &d.msg }
 
-// Ack sends basic.ack for this delivery at once (the library writes it
-// without waiting for a reply). On a channel that has closed it returns
+// Ack queues basic.ack for this delivery on its channel's [acker], which
+// writes it at once when idle, or together with the acks queued meanwhile
+// (as one basic.ack with multiple=true where the channel's settled
+// deliveries are contiguous). It returns before the broker has the ack; a
+// crash before the write redelivers the message, and Stream.Close writes
+// the queued acks first. On a channel that has closed it returns
 // [ErrStale]: the broker redelivers the message.
 func (d *delivery) Ack(ctx context.Context) error {
 	if !d.settle() {
 		return transport.ErrSettled
 	}
-	defer d.done()
-	if err := d.ch.Ack(d.raw.DeliveryTag, false); err != nil {
+	if d.a.ch.IsClosed() {
+		d.done()
+		return d.fail("ack", amqp.ErrClosed)
+	}
+	if err := d.a.ack(ctx, d); err != nil {
+		d.done()
 		return d.fail("ack", err)
 	}
 	return nil
@@ -65,10 +74,29 @@ func (d *delivery) fail(op string, err error) error {
 		return fmt.Errorf("rabbitmq: %s %s: stream %w: %w", op, d.msg.ID, transport.ErrClosed, ErrStale)
 	default:
 	}
-	if d.ch.IsClosed() {
+	if d.a.ch.IsClosed() || errors.Is(err, batch.ErrClosed) {
 		return fmt.Errorf("rabbitmq: %s %s: %w (%w)", op, d.msg.ID, ErrStale, err)
 	}
 	return fmt.Errorf("rabbitmq: %s %s: %w", op, d.msg.ID, err)
+}
+
+// nack writes basic.nack with requeue for d and records it settled.
+func (d *delivery) nack() error {
+	if err := d.a.ch.Nack(d.raw.DeliveryTag, false, true); err != nil {
+		return err
+	}
+	d.a.mark(d.raw.DeliveryTag)
+	return nil
+}
+
+// ackNow writes basic.ack for d alone, at once, and records it settled:
+// after a retry or dead-letter copy was confirmed.
+func (d *delivery) ackNow() error {
+	if err := d.a.ch.Ack(d.raw.DeliveryTag, false); err != nil {
+		return err
+	}
+	d.a.mark(d.raw.DeliveryTag)
+	return nil
 }
 
 // Nack returns the message for another attempt.
@@ -100,29 +128,29 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 	if d.s.o.queueType == QueueQuorum && attempt > d.s.o.deliveryLimit {
 		if err := d.deadLetter(ctx, attempt); err != nil {
 			// Requeue: the broker's own delivery limit dead-letters it.
-			if nerr := d.ch.Nack(d.raw.DeliveryTag, false, true); nerr != nil {
+			if nerr := d.nack(); nerr != nil {
 				return errors.Join(err, d.fail("nack", nerr))
 			}
 			return fmt.Errorf("rabbitmq: nack %s: dead-letter copy failed, requeued: %w", d.msg.ID, err)
 		}
-		if err := d.ch.Ack(d.raw.DeliveryTag, false); err != nil {
+		if err := d.ackNow(); err != nil {
 			return d.fail("ack after dead-letter copy", err)
 		}
 		return nil
 	}
 	if delay <= 0 {
-		if err := d.ch.Nack(d.raw.DeliveryTag, false, true); err != nil {
+		if err := d.nack(); err != nil {
 			return d.fail("nack", err)
 		}
 		return nil
 	}
 	if err := d.retryLater(ctx, bucket(delay), attempt); err != nil {
-		if nerr := d.ch.Nack(d.raw.DeliveryTag, false, true); nerr != nil {
+		if nerr := d.nack(); nerr != nil {
 			return errors.Join(err, d.fail("nack", nerr))
 		}
 		return fmt.Errorf("rabbitmq: nack %s with delay %s: requeued without delay: %w", d.msg.ID, delay, err)
 	}
-	if err := d.ch.Ack(d.raw.DeliveryTag, false); err != nil {
+	if err := d.ackNow(); err != nil {
 		// The copy is in the retry queue and the original comes back too.
 		return d.fail("ack after retry copy", err)
 	}

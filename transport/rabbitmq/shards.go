@@ -27,6 +27,7 @@ type shardConsumer struct {
 	idx         int
 	queue       string
 	ch          *amqp.Channel
+	ack         *acker
 	tag         string
 	delivered   atomic.Int64  // deliveries received on the channel
 	lastSeen    int64         // delivered at the previous tick (balancer only)
@@ -130,6 +131,7 @@ func (b *balancer) tick(ctx context.Context) error {
 	for i, sc := range b.held {
 		if sc.ch.IsClosed() {
 			delete(b.held, i)
+			go sc.retire()
 			continue
 		}
 		// Quorum queues do not enforce exclusive consumers: two members
@@ -241,9 +243,9 @@ func (b *balancer) acquire(sess *session, i int, q string) {
 		_ = ch.Close()
 		return
 	}
-	sc := &shardConsumer{idx: i, queue: q, ch: ch, tag: tag, stop: make(chan struct{})}
+	sc := &shardConsumer{idx: i, queue: q, ch: ch, ack: newAcker(ch, s.t.cfg.logger), tag: tag, stop: make(chan struct{})}
 	b.held[i] = sc
-	go s.forward(ch, q, int32(i), dels, sc, nil)
+	go s.forward(sc.ack, q, int32(i), dels, sc, nil)
 }
 
 // release gives a shard up: it stops handing its deliveries to Receive,
@@ -264,6 +266,15 @@ func (b *balancer) release(sc *shardConsumer) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+	sc.retire()
+}
+
+// retire writes the shard's queued acks and closes its channel after
+// ackGrace.
+func (sc *shardConsumer) retire() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sc.ack.close(ctx)
 	quiesce(sc.ch)
 }
 
@@ -271,7 +282,7 @@ func (b *balancer) closeAll() {
 	var wg sync.WaitGroup
 	for i, sc := range b.held {
 		wg.Add(1)
-		go func() { defer wg.Done(); quiesce(sc.ch) }()
+		go func() { defer wg.Done(); sc.retire() }()
 		delete(b.held, i)
 	}
 	wg.Wait()

@@ -102,11 +102,32 @@ type stream struct {
 
 var _ transport.Stream = (*stream)(nil)
 
-// consumers is one channel consuming a stream's queues.
+// consumers is one channel consuming a stream's queues, with the acker of
+// its deliveries.
 type consumers struct {
 	ch   *amqp.Channel
+	ack  *acker
 	lost chan struct{} // closed once a consumer on ch ended
 	once sync.Once
+}
+
+// retire writes the acks queued for c's channel (bounded by ctx), waits
+// ackGrace and closes the channel, which returns its unacked deliveries
+// to the queue.
+func (c *consumers) retire(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c.ack.close(ctx)
+	if c.ch.IsClosed() {
+		return
+	}
+	t := time.NewTimer(ackGrace)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	_ = c.ch.Close()
 }
 
 // end records that a consumer on c's channel ended: the channel closed
@@ -141,7 +162,7 @@ func (s *stream) Receive(ctx context.Context) (transport.Delivery, error) {
 		}
 		select {
 		case d := <-s.out:
-			if d.ch.IsClosed() {
+			if d.a.ch.IsClosed() {
 				d.done()
 				continue
 			}
@@ -170,9 +191,9 @@ func (s *stream) Receive(ctx context.Context) (transport.Delivery, error) {
 // subscription.
 func (s *stream) Semantics() transport.Semantics { return s.sem }
 
-// Close cancels the consumers and closes the channel: every unacked
-// delivery, including those received but not yet settled, returns to the
-// queue for redelivery. Acks already given were sent when given. Ack or
+// Close writes the acks already given, then closes the channel: every
+// unacked delivery, including those received but not yet settled, returns
+// to the queue for redelivery. Ack or
 // Nack on a delivery of a closed stream returns an error wrapping
 // [transport.ErrClosed] and [ErrStale]. A second Close does nothing.
 func (s *stream) Close(ctx context.Context) error {
@@ -193,13 +214,7 @@ func (s *stream) Close(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	if c != nil {
-		t := time.NewTimer(ackGrace)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		_ = c.ch.Close()
+		c.retire(ctx)
 	}
 	s.t.forget(s)
 	return nil
