@@ -11,31 +11,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/rabbitmq"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
-
-// runRouter runs r until the test ends.
-func runRouter(t *testing.T, r *ferry.Router) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	select {
-	case <-r.Ready():
-	case err := <-done:
-		t.Fatalf("router: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("router not ready")
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = r.Close(ctx)
-		<-done
-	})
-}
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
@@ -88,7 +69,7 @@ func TestDeliveryLimit(t *testing.T) {
 	if err := r.Add("inventory", tr, sub, h); err != nil {
 		t.Fatal(err)
 	}
-	runRouter(t, r)
+	ferrytest.Start(t, r)
 	poison := &handler.Message{ID: "poison", Key: "o-1", Topic: topic, Payload: []byte(`{"bad":`),
 		Headers: map[string]string{"x-origin": "test"}}
 	if err := tr.Publish(ctx, poison); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/rabbitmq"
@@ -115,9 +116,9 @@ func TestSingleActiveConsumer(t *testing.T) {
 	sub := transport.Subscription{Topic: topic, Group: "g"}
 	log := &orderLog{seqs: map[string][]int{}, member: map[string]int{}}
 	ra := newRouter(t, "a", a, sub, log.handler("a"))
-	runRouter(t, ra)
+	rra := ferrytest.Start(t, ra)
 	rb := newRouter(t, "b", b, sub, log.handler("b"))
-	runRouter(t, rb)
+	ferrytest.Start(t, rb)
 
 	const keys, half = 10, 100
 	publishSeq(t, a, topic, keys, 0, half)
@@ -130,7 +131,7 @@ func TestSingleActiveConsumer(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := ra.Close(ctx); err != nil {
+	if err := rra.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	publishSeq(t, b, topic, keys, half, 2*half)
@@ -156,10 +157,8 @@ func TestSharded(t *testing.T) {
 	log := &orderLog{seqs: map[string][]int{}, member: map[string]int{}}
 	sub1 := transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptShard: "0,1"}}
 	sub2 := transport.Subscription{Topic: topic, Group: "g", Options: map[string]string{rabbitmq.OptShard: "2,3"}}
-	r1 := newRouter(t, "one", c1, sub1, log.handler("one"))
-	runRouter(t, r1)
-	r2 := newRouter(t, "two", c2, sub2, log.handler("two"))
-	runRouter(t, r2)
+	ferrytest.Start(t, newRouter(t, "one", c1, sub1, log.handler("one")))
+	ferrytest.Start(t, newRouter(t, "two", c2, sub2, log.handler("two")))
 
 	const keys, per = 20, 50
 	publishSeq(t, pub, topic, keys, 0, per)
@@ -189,13 +188,11 @@ func TestShardedBalanced(t *testing.T) {
 	cleanupSub(t, brokerURL(), topic, "g", 4)
 	log := &orderLog{seqs: map[string][]int{}, member: map[string]int{}}
 	sub := transport.Subscription{Topic: topic, Group: "g"}
-	r1 := newRouter(t, "one", c1, sub, log.handler("one"))
-	runRouter(t, r1)
+	rr1 := ferrytest.Start(t, newRouter(t, "one", c1, sub, log.handler("one")))
 
 	const keys, per = 20, 30
 	publishSeq(t, pub, topic, keys, 0, per)
-	r2 := newRouter(t, "two", c2, sub, log.handler("two"))
-	runRouter(t, r2)
+	ferrytest.Start(t, newRouter(t, "two", c2, sub, log.handler("two")))
 	publishSeq(t, pub, topic, keys, per, 2*per)
 	time.Sleep(3 * balanceTick) // the first member gives two shards up
 	publishSeq(t, pub, topic, keys, 2*per, 3*per)
@@ -207,7 +204,7 @@ func TestShardedBalanced(t *testing.T) {
 	waitFor(t, "three quarters handled", 20*time.Second, func() bool { return log.total() >= 3*keys*per })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := r1.Close(ctx); err != nil {
+	if err := rr1.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	publishSeq(t, pub, topic, keys, 3*per, 4*per)

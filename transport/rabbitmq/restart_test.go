@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/rabbitmq"
@@ -67,7 +68,7 @@ func TestRestartMidStream(t *testing.T) {
 	if err := r.Add("restart", subT, transport.Subscription{Topic: topic, Group: "g"}, h); err != nil {
 		t.Fatal(err)
 	}
-	runRouter(t, r)
+	ferrytest.Start(t, r)
 
 	const total, workers = 3000, 8
 	var confirmed sync.Map

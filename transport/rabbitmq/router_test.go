@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/transport"
@@ -66,7 +67,7 @@ func TestRouterDeadLetters(t *testing.T) {
 	if err := r1.Add(name, tr, transport.Subscription{Topic: topic}, stack(h)); err != nil {
 		t.Fatal(err)
 	}
-	runRouter(t, r1)
+	rr1 := ferrytest.Start(t, r1)
 	poison := &handler.Message{ID: "poison", Key: "o-1", Topic: topic, Payload: []byte(`{"sku":"gone"}`),
 		Headers: map[string]string{"x-origin": "checkout", "content-type": "application/json"}}
 	for _, m := range []*handler.Message{poison, {ID: "ok", Key: "o-1", Topic: topic, Payload: []byte("{}")}} {
@@ -78,7 +79,9 @@ func TestRouterDeadLetters(t *testing.T) {
 		dead, err := tr.ListDLQ(ctx, dlq, 0)
 		return err == nil && len(dead) == 1
 	})
-	closeRouter(t, r1)
+	if err := rr1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	// The broker's own: a consumer that keeps returning the message.
 	native := &handler.Message{ID: "native", Key: "o-2", Topic: topic, Payload: []byte("n"), Headers: map[string]string{"x-origin": "import"}}
@@ -136,7 +139,7 @@ func TestRouterDeadLetters(t *testing.T) {
 	if err := r2.Add(name, tr, transport.Subscription{Topic: topic}, stack(h)); err != nil {
 		t.Fatal(err)
 	}
-	runRouter(t, r2)
+	ferrytest.Start(t, r2)
 	n, err := tr.ReplayDLQ(ctx, dlq, transport.Replay{})
 	if err != nil || n != 2 {
 		t.Fatalf("ReplayDLQ: %d, %v; want 2", n, err)
@@ -154,16 +157,6 @@ func TestRouterDeadLetters(t *testing.T) {
 	mu.Unlock()
 	if left, err := tr.ListDLQ(ctx, dlq, 0); err != nil || len(left) != 0 {
 		t.Errorf("DLQ after replay: %d messages, %v", len(left), err)
-	}
-}
-
-// closeRouter closes r now (runRouter's cleanup then does nothing more).
-func closeRouter(t *testing.T, r *ferry.Router) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.Close(ctx); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -224,7 +217,7 @@ func TestDefaultURLKeyConcurrency(t *testing.T) {
 	if err := r.Add("keys", tr, transport.Subscription{Topic: topic, Group: "g"}, h, ferry.Concurrency(4)); err != nil {
 		t.Fatal(err)
 	}
-	runRouter(t, r)
+	ferrytest.Start(t, r)
 	if err := tr.Publish(context.Background(), &handler.Message{ID: "slow-0", Key: "slow", Topic: topic, Payload: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +235,7 @@ func TestDefaultURLKeyConcurrency(t *testing.T) {
 
 // TestCompetingConsumers: with ordered=false the members of a group share
 // one queue and the stream keeps no order, saying which URL option would;
-// a Router asked for per-key order on it refuses.
+// a Router asked for per-key order on it refuses at Add, quoting that.
 func TestCompetingConsumers(t *testing.T) {
 	url := withQuery(brokerURL(), "ordered=false")
 	tr := openURL(t, url)
@@ -262,13 +255,8 @@ func TestCompetingConsumers(t *testing.T) {
 	}
 	h := handler.HandlerFunc(func(context.Context, *handler.Message) error { return nil })
 	err = r.Add("compete", tr, sub, h, ferry.PerKey())
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		err = r.Run(ctx)
-	}
-	if !errors.Is(err, ferry.ErrInvalidOption) && !errors.Is(err, transport.ErrInvalidOption) {
-		t.Errorf("PerKey on ordered=false: %v; want an invalid-option error", err)
+	if !errors.Is(err, transport.ErrInvalidOption) || !strings.Contains(err.Error(), "ordered=true") {
+		t.Errorf("Router.Add with PerKey on ordered=false: %v; want ErrInvalidOption quoting ordered=true", err)
 	}
 
 	// Two members share the queue's messages.
@@ -292,7 +280,7 @@ func TestCompetingConsumers(t *testing.T) {
 		if err := r.Add(name, m, sub, member(name), ferry.Concurrency(2), ferry.MaxInFlight(10)); err != nil {
 			t.Fatal(err)
 		}
-		runRouter(t, r)
+		ferrytest.Start(t, r)
 	}
 	var msgs []*handler.Message
 	for i := range 200 {
