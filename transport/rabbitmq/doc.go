@@ -164,6 +164,12 @@
 // requeued them), and Ack or Nack on one already handed out returns an
 // error wrapping [ErrStale], which wraps [transport.ErrRevoked].
 //
+// Deadlines: a dial gives up after 30s, whoever waits for it. amqp091-go's
+// channel calls (declarations, basic.get) take no deadline of their own; a
+// dead connection fails them within about two heartbeats ([Heartbeat]),
+// and the operations that loop over them (ListDLQ, ReplayDLQ) check their
+// ctx between calls.
+//
 // Closing a stream (or giving a shard up) closes its channel 250 ms after
 // the last settle: RabbitMQ 3.10 quorum queues can drop acks sent just
 // before a channel closes and redeliver those messages (rabbitmq-server
