@@ -12,7 +12,7 @@ import (
 // the orders topic with only the orders over 500.
 func ExampleTransport_Fanout() {
 	ctx := context.Background()
-	t, err := sns.Open(ctx, "sns://orders?region=us-east-1&endpoint=http://127.0.0.1:4566")
+	t, err := sns.New(ctx, "sns://orders?region=us-east-1&endpoint=http://127.0.0.1:4566")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,14 +6,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/internal/awsconf"
 	"github.com/ferrymq/ferry/transport/sqs"
 )
 
@@ -68,7 +67,7 @@ func (t *Transport) Fanout(ctx context.Context, s QueueSubscription) (FanoutInfo
 		return info, err
 	}
 	info.TopicARN = r.arn
-	if strings.HasSuffix(s.Queue.Name, ".fifo") != r.fifo {
+	if awsconf.IsFIFO(s.Queue.Name) != r.fifo {
 		return info, invalid("queue %s must be FIFO exactly when topic %s is", s.Queue.Name, s.Topic)
 	}
 	if info.Queue, err = t.declareQueue(ctx, s.Queue, r.arn); err != nil {
@@ -218,110 +217,4 @@ func (t *Transport) subscribe(ctx context.Context, topicARN, queueARN string, at
 		return "", fmt.Errorf("sns: subscribe %s to %s: %w", queueARN, topicARN, err)
 	}
 	return aws.ToString(out.SubscriptionArn), nil
-}
-
-// Subscribe consumes topic sub.Topic as group sub.Group: it declares (with
-// [Transport.Fanout]) the group's queue, named sub.Options["queue"] or else
-// "<topic>-<group>" (plus ".fifo" on a FIFO topic), subscribed with
-// RawMessageDelivery and the filter policy in sub.Options["filter_policy"]
-// (scope sub.Options["filter_scope"]), then opens an SQS stream on it. Each
-// group thus receives every message, and the members of one group share
-// its queue. An empty group is "default". Other sub.Options go to the SQS
-// stream (visibility, max_extension, dlq, …); its Semantics are the
-// queue's, with Transport "sns".
-func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (transport.Stream, error) {
-	if t.closed.Load() {
-		return nil, transport.ErrClosed
-	}
-	group := sub.Group
-	if group == "" {
-		group = "default"
-	}
-	opts := map[string]string{}
-	var qs QueueSubscription
-	qs.Topic = sub.Topic
-	for k, v := range sub.Options {
-		switch k {
-		case "queue":
-			qs.Queue.Name = v
-		case "filter_policy":
-			qs.FilterPolicy = v
-		case "filter_scope":
-			qs.FilterScope = v
-		default:
-			opts[k] = v
-		}
-	}
-	if qs.Queue.Name == "" {
-		qs.Queue.Name = QueueName(sub.Topic, group)
-	}
-	info, err := t.Fanout(ctx, qs)
-	if err != nil {
-		return nil, err
-	}
-	st, err := t.sqs.Subscribe(ctx, transport.Subscription{Topic: info.Queue.Name, MaxInFlight: sub.MaxInFlight, Options: opts})
-	if err != nil {
-		return nil, err
-	}
-	return &stream{Stream: st, topic: sub.Topic}, nil
-}
-
-// QueueName is the queue [Transport.Subscribe] uses for group on topic:
-// "<topic>-<group>" with characters SQS refuses replaced by '-', cut to fit
-// SQS's 80 characters, ".fifo" kept or added for a FIFO topic.
-func QueueName(topic, group string) string {
-	fifo := strings.HasSuffix(topic, ".fifo")
-	base := strings.TrimSuffix(topic, ".fifo") + "-" + group
-	b := []byte(base)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			b[i] = '-'
-		}
-	}
-	limit := 80
-	if fifo {
-		limit -= len(".fifo")
-	}
-	if len(b) > limit {
-		sum := sha256.Sum256([]byte(base))
-		b = append(b[:limit-9], '-')
-		b = append(b, hex.EncodeToString(sum[:4])...)
-	}
-	if fifo {
-		return string(b) + ".fifo"
-	}
-	return string(b)
-}
-
-// stream is an SQS stream on a subscriber queue, presented as this
-// transport's.
-type stream struct {
-	transport.Stream
-	topic string
-}
-
-// Semantics returns the SQS queue's semantics with Transport "sns", the
-// payload limit of an SNS publish, and FanOut: each group has its own
-// queue subscribed to the topic.
-func (s *stream) Semantics() transport.Semantics {
-	sem := s.Stream.Semantics()
-	sem.Transport = Scheme
-	sem.MaxPayload = MaxMessageSize - attributeReserve
-	sem.FanOut = true
-	return sem
-}
-
-// Receive returns the next delivery, with Topic the SNS topic (not the
-// queue) and Facts.Transport "sns".
-func (s *stream) Receive(ctx context.Context) (transport.Delivery, error) {
-	d, err := s.Stream.Receive(ctx)
-	if err != nil {
-		return nil, err
-	}
-	m := d.Message()
-	m.Topic = s.topic
-	f := m.Facts()
-	f.Transport = Scheme
-	m.SetFacts(f)
-	return d, nil
 }

@@ -52,7 +52,7 @@ func drain(t *testing.T, tr *sqs.Transport, queue string, want int) []string {
 // the orders over 500, and one filtering on a Number header does the same.
 func TestFanoutFilter(t *testing.T) {
 	t.Parallel()
-	tr := open(t, sns.NumberHeaders("total"))
+	tr := open(t, sqs.NumberHeaders("total"))
 	topic := transporttest.UniqueName(t, "orders")
 	ctx := context.Background()
 	queues := map[string]sns.QueueSubscription{

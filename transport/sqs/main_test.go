@@ -18,7 +18,7 @@ func open(tb testing.TB, opts ...sqs.Option) *sqs.Transport {
 	srv := fauxqs.ForTest(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	tr, err := sqs.New(ctx, append([]sqs.Option{sqs.WithConfig(srv.Config()), sqs.WaitTime(time.Second)}, opts...)...)
+	tr, err := sqs.New(ctx, "sqs://", append([]sqs.Option{sqs.WithConfig(srv.Config()), sqs.WaitTime(time.Second)}, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,179 +1,113 @@
 package sqs
 
 import (
-	"fmt"
 	"log/slog"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/internal/awsconf"
 )
 
-// An Option configures a [Transport]. Options are checked once by [New]; a
-// bad one is an error wrapping [transport.ErrInvalidOption].
-type Option interface {
-	apply(*options) error
-}
+// Defaults of a [Transport] made by [New] or opened by URL.
+const (
+	DefaultPublishConcurrency = awsconf.DefaultPublishCalls    // see [PublishConcurrency]
+	DefaultCallTimeout        = awsconf.DefaultCallTimeout     // see [CallTimeout]
+	DefaultMaxExtension       = awsconf.DefaultMaxExtension    // see [MaxExtension]
+	DefaultWaitTime           = awsconf.DefaultWait            // see [WaitTime]
+	DefaultPollers            = awsconf.DefaultPollers         // see [Pollers]
+	DefaultMaxInFlight        = awsconf.DefaultMaxInFlight     // see [MaxInFlight]
+	DefaultMaxReceiveCount    = awsconf.DefaultMaxReceiveCount // see [DeadLetterQueue]
+)
 
-type optionFunc func(*options) error
+// An Option configures a [Transport] of this package or of package sns,
+// which takes the same options. Options are made by the functions of this
+// package; no other package can implement one. [New] checks them all
+// once: a bad one is an error wrapping [transport.ErrInvalidOption] that
+// names it, and nothing is reported later.
+type Option = awsconf.Option
 
-func (f optionFunc) apply(o *options) error { return f(o) }
+// WithConfig makes the transport use cfg instead of loading the standard
+// AWS configuration chain (environment, shared config and credentials
+// files, container and instance roles). [Region] and [Endpoint] still
+// override it where given, its HTTP client is still wrapped with
+// [BufferedBodyClient], and calls still get [CallTimeout]. Default:
+// config.LoadDefaultConfig.
+func WithConfig(cfg aws.Config) Option { return awsconf.WithConfig(cfg) }
 
-type options struct {
-	awsConfig     *aws.Config
-	region        string
-	endpoint      string
-	profile       string
-	log           *slog.Logger
-	autoCreate    bool
-	idAttribute   string
-	numberHeaders []string
-	contentDedupe bool
-	publishCalls  int
-	sub           subOptions
-}
+// Region sets the AWS region, overriding AWS_REGION and the shared config;
+// a region is required from one of them. URL key: region.
+func Region(r string) Option { return awsconf.Region(r) }
 
-// subOptions are the subscriber settings; Subscription.Options override them
-// per subscription.
-type subOptions struct {
-	visibility      time.Duration // 0: the queue's VisibilityTimeout
-	maxExtension    time.Duration // 0: lease extension off
-	wait            time.Duration
-	pollers         int
-	maxInFlight     int
-	dlq             string
-	maxReceiveCount int
-}
+// Endpoint sets a custom endpoint, an absolute http or https URL, for
+// emulators (fauxqs, ElasticMQ, LocalStack) or VPC endpoints, such as
+// http://127.0.0.1:4566. With package sns it is the endpoint of both SNS
+// and SQS. URL key: endpoint. Default: the SDK's resolution (including
+// AWS_ENDPOINT_URL_SQS and AWS_ENDPOINT_URL_SNS). An invalid endpoint is
+// reported without its text, which may carry user-info.
+func Endpoint(u string) Option { return awsconf.Endpoint(u) }
 
-func defaultOptions() options {
-	return options{
-		autoCreate:   true,
-		publishCalls: 8,
-		sub: subOptions{
-			maxExtension: 30 * time.Minute,
-			wait:         20 * time.Second,
-			pollers:      4,
-			maxInFlight:  100,
-		},
-	}
-}
+// Profile selects a profile of the shared AWS config files. URL key:
+// profile. Ignored with [WithConfig].
+func Profile(name string) Option { return awsconf.Profile(name) }
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: sqs: %s", transport.ErrInvalidOption, fmt.Sprintf(format, args...))
-}
+// WithLogger sets the logger of every log line of the transport: background
+// failures (a delete or visibility change the broker refused), undecodable
+// messages moved to the DLQ. Credentials and payloads are never logged.
+// Default: slog.Default(); nil is an error.
+func WithLogger(l *slog.Logger) Option { return awsconf.WithLogger(l) }
 
-// WithConfig makes the transport use cfg instead of loading the standard AWS
-// configuration chain (environment, shared config and credentials files,
-// container and instance roles). [Region], [Endpoint] and [Profile] still
-// override it where given. Default: config.LoadDefaultConfig.
-func WithConfig(cfg aws.Config) Option {
-	return optionFunc(func(o *options) error { o.awsConfig = &cfg; return nil })
-}
+// AutoCreate controls whether Publish and Subscribe create a queue (or, in
+// package sns, a topic) that does not exist, FIFO when its name ends in
+// ".fifo", and whether Subscribe creates the subscription's DLQ. With false,
+// a missing queue is an error, and only sqs:GetQueueUrl and
+// sqs:GetQueueAttributes are needed to resolve one. URL key: create.
+// Default: true.
+func AutoCreate(on bool) Option { return awsconf.AutoCreate(on) }
 
-// Region sets the AWS region, overriding AWS_REGION and the shared config.
-// URL key: region. A region is required from somewhere.
-func Region(r string) Option {
-	return optionFunc(func(o *options) error { o.region = r; return nil })
-}
-
-// Endpoint sets a custom endpoint, for emulators (fauxqs, ElasticMQ,
-// LocalStack) or VPC endpoints, such as http://127.0.0.1:4566. URL key:
-// endpoint. Default: the SDK's resolution (including AWS_ENDPOINT_URL_SQS).
-func Endpoint(u string) Option {
-	return optionFunc(func(o *options) error {
-		if _, err := url.ParseRequestURI(u); err != nil || u == "" {
-			return invalid("endpoint %q is not an absolute URL", u)
-		}
-		o.endpoint = u
-		return nil
-	})
-}
-
-// Profile selects a profile of the shared AWS config files. URL key: profile.
-// Ignored with [WithConfig].
-func Profile(name string) Option {
-	return optionFunc(func(o *options) error { o.profile = name; return nil })
-}
-
-// WithLogger sets the logger for background failures (a failed delete or
-// visibility change, a receive error being retried). Credentials are never
-// logged. Default: slog.Default().
-func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(o *options) error { o.log = l; return nil })
-}
-
-// AutoCreate controls whether Publish and Subscribe create a queue that does
-// not exist (as a FIFO queue when its name ends in ".fifo"). With false, a
-// missing queue is an error, and only sqs:GetQueueUrl and
-// sqs:GetQueueAttributes are needed to resolve one. URL key: create. Default:
-// true.
-func AutoCreate(on bool) Option {
-	return optionFunc(func(o *options) error { o.autoCreate = on; return nil })
-}
-
-// IDAttribute names the message attribute that carries Message.ID. Set it to
-// "_watermill_message_uuid" so that watermill-aws consumers see Ferry's ID as
-// the message UUID. Readers fall back to that attribute anyway. URL key:
-// id_attribute. Default: "ferry-id".
-func IDAttribute(name string) Option {
-	return optionFunc(func(o *options) error {
-		if !validAttrName(name) {
-			return invalid("id_attribute %q is not a valid attribute name", name)
-		}
-		o.idAttribute = name
-		return nil
-	})
-}
+// IDAttribute names the message attribute that carries Message.ID. Set it
+// to "_watermill_message_uuid" so that watermill-aws consumers see Ferry's
+// ID as the message UUID; readers fall back to that attribute anyway. URL
+// key: id_attribute. Default: "ferry-id".
+func IDAttribute(name string) Option { return awsconf.IDAttribute(name) }
 
 // NumberHeaders lists headers sent with attribute data type Number when
-// their value is a number, so that numeric filter policies match them. URL
-// key: number_headers (comma-separated). Default: none (all String).
-func NumberHeaders(names ...string) Option {
-	return optionFunc(func(o *options) error { o.numberHeaders = append(o.numberHeaders, names...); return nil })
-}
+// their value is a number, so that numeric SNS filter policies match them.
+// URL key: number_headers (comma-separated). Default: none (all String).
+func NumberHeaders(names ...string) Option { return awsconf.NumberHeaders(names...) }
 
 // ContentDedupe makes Publish leave MessageDeduplicationId unset on FIFO
-// queues, so that the queue's ContentBasedDeduplication (a SHA-256 of the
-// body) applies. It is off by default on purpose: two legitimate identical
-// payloads (two equal payments) published within five minutes would be merged
-// into one. URL key: content_dedupe. Default: false, MessageDeduplicationId =
-// Message.ID.
-func ContentDedupe(on bool) Option {
-	return optionFunc(func(o *options) error { o.contentDedupe = on; return nil })
-}
+// queues and topics, so that their ContentBasedDeduplication (a SHA-256 of
+// the body) applies. It is off by default on purpose: two legitimate
+// identical payloads (two equal payments) published within five minutes
+// would be merged into one. URL key: content_dedupe. Default: false, and
+// MessageDeduplicationId is Message.ID.
+func ContentDedupe(on bool) Option { return awsconf.ContentDedupe(on) }
 
-// PublishConcurrency bounds the concurrent SendMessageBatch calls per queue.
-// Concurrent Publish calls are coalesced into batches of up to ten while
-// calls are in flight; an idle publisher sends at once. FIFO queues always
-// use one call at a time, so that a group's messages keep their order
-// across batches. URL key: publish_concurrency. Default: 8.
-func PublishConcurrency(n int) Option {
-	return optionFunc(func(o *options) error {
-		if n < 1 {
-			return invalid("publish_concurrency %d < 1", n)
-		}
-		o.publishCalls = n
-		return nil
-	})
-}
+// PublishConcurrency bounds the concurrent SendMessageBatch calls per
+// standard queue. Concurrent Publish calls are coalesced into batches of up
+// to ten while calls are in flight; an idle publisher sends at once. FIFO
+// queues always use one call at a time, so that a group's messages keep
+// their order across batches. Package sns publishes to topics one call at
+// a time and uses it only for its SQS side (DLQ replay). URL key:
+// publish_concurrency. Default: 8.
+func PublishConcurrency(n int) Option { return awsconf.PublishConcurrency(n) }
+
+// CallTimeout bounds every call to SQS (and SNS) the transport makes,
+// retries included: a publish, a resolve, a delete, a visibility change, a
+// DLQ listing. A ReceiveMessage long poll gets its wait ([WaitTime]) on
+// top. A call that gets no answer in time fails with an error naming the
+// operation and the host and wrapping context.DeadlineExceeded; for a
+// publish it also wraps [transport.ErrUnknownOutcome], since the message
+// may have been written. The bound applies to calls made through
+// [Transport.Client] as well. URL key: call_timeout. Default: 30s.
+func CallTimeout(d time.Duration) Option { return awsconf.CallTimeout(d) }
 
 // Visibility sets the lease taken on each received message (ReceiveMessage's
-// VisibilityTimeout) and the length of each extension. Whole seconds, 1 s to
-// 12 h. URL key and Subscription option: visibility. Default: the queue's
+// VisibilityTimeout) and the length of each extension: whole seconds, 1s to
+// 12h. URL key and Subscription option: visibility. Default: the queue's
 // VisibilityTimeout attribute.
-func Visibility(d time.Duration) Option {
-	return optionFunc(func(o *options) error {
-		if d < time.Second || d > 12*time.Hour {
-			return invalid("visibility %s outside 1s..12h", d)
-		}
-		o.sub.visibility = d
-		return nil
-	})
-}
+func Visibility(d time.Duration) Option { return awsconf.Visibility(d) }
 
 // MaxExtension bounds lease extension: while a delivery is unsettled, a
 // heartbeat extends its visibility by another lease whenever half of the
@@ -183,156 +117,36 @@ func Visibility(d time.Duration) Option {
 // than the visibility timeout then runs twice. SQS caps a message's total
 // visibility at 12 h from its receipt. URL key and Subscription option:
 // max_extension. Default: 30m.
-func MaxExtension(max time.Duration) Option {
-	return optionFunc(func(o *options) error {
-		if max < 0 || max > 12*time.Hour {
-			return invalid("max_extension %s outside 0..12h", max)
-		}
-		o.sub.maxExtension = max
-		return nil
-	})
-}
+func MaxExtension(max time.Duration) Option { return awsconf.MaxExtension(max) }
 
-// WaitTime sets the long-poll wait of ReceiveMessage (WaitTimeSeconds), 0 to
-// 20 s. URL key and Subscription option: wait. Default: 20s.
-func WaitTime(d time.Duration) Option {
-	return optionFunc(func(o *options) error {
-		if d < 0 || d > 20*time.Second {
-			return invalid("wait %s outside 0..20s", d)
-		}
-		o.sub.wait = d
-		return nil
-	})
-}
+// WaitTime sets the long-poll wait of ReceiveMessage (WaitTimeSeconds):
+// whole seconds, 0s to 20s. URL key and Subscription option: wait. Default:
+// 20s.
+func WaitTime(d time.Duration) Option { return awsconf.WaitTime(d) }
 
 // Pollers sets how many ReceiveMessage calls (of up to ten messages each) a
-// stream keeps in flight. URL key and Subscription option: pollers. Default: 4.
-func Pollers(n int) Option {
-	return optionFunc(func(o *options) error {
-		if n < 1 {
-			return invalid("pollers %d < 1", n)
-		}
-		o.sub.pollers = n
-		return nil
-	})
-}
+// stream keeps in flight. URL key and Subscription option: pollers.
+// Default: 4.
+func Pollers(n int) Option { return awsconf.Pollers(n) }
 
 // MaxInFlight bounds the messages a stream holds received and unsettled
 // (buffered plus being handled): pollers ask only for what fits. A
-// Subscription's MaxInFlight, when set, wins. Every one of them is leased, so
-// keep it near what the handlers can finish within a lease. URL key and
+// Subscription's MaxInFlight, when set, wins. Every one of them is leased,
+// so keep it near what the handlers can finish within a lease. URL key and
 // Subscription option: max_in_flight. Default: 100.
-func MaxInFlight(n int) Option {
-	return optionFunc(func(o *options) error {
-		if n < 1 {
-			return invalid("max_in_flight %d < 1", n)
-		}
-		o.sub.maxInFlight = n
-		return nil
-	})
-}
+func MaxInFlight(n int) Option { return awsconf.MaxInFlight(n) }
 
-// DeadLetterQueue makes Subscribe create the queue dlq (FIFO if the source
-// is) and attach a redrive policy to the subscribed queue: after
-// maxReceiveCount receives, SQS moves a message to dlq with its body and
-// attributes. Semantics.NativeDLQ is then true. URL keys and Subscription
-// options: dlq and max_receive_count (default 5 when dlq is set). Default:
-// no redrive policy is created; one already on the queue is kept.
+// DeadLetterQueue makes Subscribe attach a redrive policy to the subscribed
+// queue: after maxReceiveCount receives (1 to 1000), SQS moves a message,
+// with its body and attributes, to the DLQ. dlq names the DLQ; "" keeps its
+// default name, "<queue>-dlq" ("<queue>-dlq.fifo" for a FIFO queue: see
+// [Transport.DLQName]). Subscribe creates the DLQ (FIFO exactly when the
+// source is). Semantics.NativeDLQ is then true, and the dead-letter
+// middleware's publishes (to [transport.DLQName]) land in the same queue.
+// URL keys and Subscription options: dlq and max_receive_count; either
+// alone sets this option with the other's default (the default name, 5).
+// Default: no redrive policy; a queue that has one the subscription does
+// not declare is refused at Subscribe.
 func DeadLetterQueue(dlq string, maxReceiveCount int) Option {
-	return optionFunc(func(o *options) error {
-		if maxReceiveCount < 1 || maxReceiveCount > 1000 {
-			return invalid("max_receive_count %d outside 1..1000", maxReceiveCount)
-		}
-		o.sub.dlq, o.sub.maxReceiveCount = dlq, maxReceiveCount
-		return nil
-	})
-}
-
-// URL and Subscription option keys.
-var (
-	urlKeys = []string{"region", "endpoint", "profile", "create", "id_attribute", "number_headers",
-		"content_dedupe", "publish_concurrency", "visibility", "max_extension", "wait", "pollers",
-		"max_in_flight", "dlq", "max_receive_count"}
-	subKeys = []string{"visibility", "max_extension", "wait", "pollers", "max_in_flight", "dlq", "max_receive_count"}
-)
-
-// parseOptions turns text settings (URL query, Subscription.Options) into
-// options, one option per key.
-func parseOptions(kv map[string]string) ([]Option, error) {
-	var opts []Option
-	dlq, mrc := kv["dlq"], kv["max_receive_count"]
-	for k, v := range kv {
-		switch k {
-		case "region":
-			opts = append(opts, Region(v))
-		case "endpoint":
-			opts = append(opts, Endpoint(v))
-		case "profile":
-			opts = append(opts, Profile(v))
-		case "create", "content_dedupe":
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return nil, invalid("%s=%q is not a boolean", k, v)
-			}
-			if k == "create" {
-				opts = append(opts, AutoCreate(b))
-			} else {
-				opts = append(opts, ContentDedupe(b))
-			}
-		case "id_attribute":
-			opts = append(opts, IDAttribute(v))
-		case "number_headers":
-			opts = append(opts, NumberHeaders(strings.Split(v, ",")...))
-		case "publish_concurrency", "pollers", "max_in_flight":
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return nil, invalid("%s=%q is not an integer", k, v)
-			}
-			switch k {
-			case "publish_concurrency":
-				opts = append(opts, PublishConcurrency(n))
-			case "pollers":
-				opts = append(opts, Pollers(n))
-			default:
-				opts = append(opts, MaxInFlight(n))
-			}
-		case "visibility", "max_extension", "wait":
-			d, err := parseDuration(v)
-			if err != nil {
-				return nil, invalid("%s=%q is not a duration", k, v)
-			}
-			switch k {
-			case "visibility":
-				opts = append(opts, Visibility(d))
-			case "max_extension":
-				opts = append(opts, MaxExtension(d))
-			default:
-				opts = append(opts, WaitTime(d))
-			}
-		case "dlq", "max_receive_count":
-			// handled below, together
-		}
-	}
-	if dlq != "" || mrc != "" {
-		if dlq == "" {
-			return nil, invalid("max_receive_count without dlq")
-		}
-		n := 5
-		if mrc != "" {
-			var err error
-			if n, err = strconv.Atoi(mrc); err != nil {
-				return nil, invalid("max_receive_count=%q is not an integer", mrc)
-			}
-		}
-		opts = append(opts, DeadLetterQueue(dlq, n))
-	}
-	return opts, nil
-}
-
-// parseDuration accepts Go durations ("30s") and bare seconds ("30").
-func parseDuration(v string) (time.Duration, error) {
-	if n, err := strconv.Atoi(v); err == nil {
-		return time.Duration(n) * time.Second, nil
-	}
-	return time.ParseDuration(v)
+	return awsconf.DeadLetterQueue(dlq, maxReceiveCount)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -12,30 +11,9 @@ import (
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/internal/awsconf"
 	"github.com/ferrymq/ferry/transport/sqs/wire"
 )
-
-// sendTimeout bounds one SendMessageBatch call. A caller whose ctx ends first
-// stops waiting and gets ErrUnknownOutcome.
-const sendTimeout = 30 * time.Second
-
-// EntryError is the error for one message of a SendMessageBatch (or SNS
-// PublishBatch) that the service refused. Nothing was written for it.
-type EntryError struct {
-	Queue       string
-	Code        string
-	Message     string
-	SenderFault bool // true: the request was wrong; false: retry may succeed
-}
-
-// Error describes the refusal.
-func (e *EntryError) Error() string {
-	return fmt.Sprintf("sqs: publish to %s refused: %s: %s", e.Queue, e.Code, e.Message)
-}
-
-// attributeReserve is the part of a queue's message size limit that
-// Semantics.MaxPayload leaves for attributes (ID, Key, headers).
-const attributeReserve = 8 << 10
 
 // maxPayload is the payload limit declared for a queue whose message size
 // limit is size.
@@ -153,7 +131,7 @@ func (t *Transport) prepare(q *queueRef, m *handler.Message) (*batchItem[sendOp]
 	}
 	if q.info.FIFO {
 		e.MessageGroupId = aws.String(group)
-		if !t.o.contentDedupe {
+		if !t.cfg.ContentDedupe {
 			e.MessageDeduplicationId = aws.String(dedupe)
 		}
 	}
@@ -167,11 +145,10 @@ func (t *Transport) sendHandler(q *queueRef) func([]*batchItem[sendOp]) {
 			entries[i] = it.v.entry
 			entries[i].Id = aws.String(strconv.Itoa(i))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-		defer cancel()
-		out, err := t.client.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: &q.info.URL, Entries: entries})
+		// The call deadline (CallTimeout) bounds it; no caller's ctx ends it.
+		out, err := t.client.SendMessageBatch(context.Background(), &awssqs.SendMessageBatchInput{QueueUrl: &q.info.URL, Entries: entries})
 		if err != nil {
-			err = classify("publish to "+q.info.Name, err)
+			err = awsconf.Classify("sqs", "publish to "+q.info.Name, err)
 			for _, it := range items {
 				it.err = err
 			}

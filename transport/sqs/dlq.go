@@ -2,7 +2,6 @@ package sqs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -155,17 +154,6 @@ func (t *Transport) publishReplay(ctx context.Context, m *handler.Message, dlqMe
 	return t.wait(ctx, q, it)
 }
 
-func (t *Transport) resolveExisting(ctx context.Context, name string) (*queueRef, error) {
-	if t.closed.Load() {
-		return nil, transport.ErrClosed
-	}
-	// Never create a queue to read it.
-	if _, err := t.queueURL(ctx, name, false, nil); err != nil {
-		return nil, err
-	}
-	return t.resolve(ctx, name)
-}
-
 func (t *Transport) receiveDLQ(ctx context.Context, q *queueRef, n int) ([]types.Message, error) {
 	out, err := t.client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
 		QueueUrl:              &q.info.URL,
@@ -249,13 +237,6 @@ func (t *Transport) sourceQueue(ctx context.Context, q *queueRef) string {
 	return names[0]
 }
 
-func queueNameFromURL(u string) string {
-	if i := strings.LastIndexByte(u, '/'); i >= 0 {
-		return u[i+1:]
-	}
-	return u
-}
-
 // unhide makes held DLQ messages visible again.
 func (t *Transport) unhide(q *queueRef, handles []string) {
 	for len(handles) > 0 {
@@ -264,50 +245,12 @@ func (t *Transport) unhide(q *queueRef, handles []string) {
 		for i := range n {
 			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(handles[i])}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		_, err := t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: &q.info.URL, Entries: entries})
-		cancel()
+		// The call deadline (CallTimeout) bounds it.
+		_, err := t.client.ChangeMessageVisibilityBatch(context.Background(), &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: &q.info.URL, Entries: entries})
 		if err != nil {
 			t.log.Warn("sqs: could not make DLQ messages visible again; they return when their visibility ends",
 				"queue", q.info.Name, "messages", n, "error", err)
 		}
 		handles = handles[n:]
 	}
-}
-
-// Lag reports the queue sub.Topic: Messages is ApproximateNumberOfMessages
-// (visible) + ApproximateNumberOfMessagesNotVisible (received, not yet
-// deleted) + ApproximateNumberOfMessagesDelayed, all approximate. OldestAge
-// is always 0: the SQS API does not give the age of the oldest message (it
-// is the CloudWatch metric ApproximateAgeOfOldestMessage, which Ferry does
-// not read).
-func (t *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]transport.Lag, error) {
-	q, err := t.resolveExisting(ctx, sub.Topic)
-	if err != nil {
-		return nil, err
-	}
-	out, err := t.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
-		QueueUrl: &q.info.URL,
-		AttributeNames: []types.QueueAttributeName{
-			types.QueueAttributeNameApproximateNumberOfMessages,
-			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-			types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("sqs: lag of %s: %w", sub.Topic, err)
-	}
-	var n int64
-	var errs []error
-	for _, k := range []string{"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"} {
-		if v, ok := out.Attributes[k]; ok {
-			x, err := strconv.ParseInt(v, 10, 64)
-			errs = append(errs, err)
-			n += x
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("sqs: lag of %s: %w", sub.Topic, err)
-	}
-	return []transport.Lag{{Partition: sub.Topic, Messages: n}}, nil
 }

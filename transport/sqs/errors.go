@@ -1,0 +1,59 @@
+package sqs
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/ferrymq/ferry/transport"
+)
+
+// EntryError is the error for one message of a SendMessageBatch (or an SNS
+// PublishBatch) that the service refused. Nothing was written for it.
+type EntryError struct {
+	Queue       string // the queue (or topic) it was for
+	Code        string // the service's error code
+	Message     string // the service's error message
+	SenderFault bool   // true: the request was wrong; false: a retry may succeed
+}
+
+// Error describes the refusal.
+func (e *EntryError) Error() string {
+	return fmt.Sprintf("sqs: publish to %s refused: %s: %s", e.Queue, e.Code, e.Message)
+}
+
+// invalid returns an error wrapping transport.ErrInvalidOption.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: sqs: %s", transport.ErrInvalidOption, fmt.Sprintf(format, args...))
+}
+
+func isCode(err error, codes ...string) bool {
+	var ae smithy.APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	for _, c := range codes {
+		if ae.ErrorCode() == c {
+			return true
+		}
+	}
+	return false
+}
+
+// isGone reports whether err says the queue does not exist.
+func isGone(err error) bool {
+	var nf *types.QueueDoesNotExist
+	return errors.As(err, &nf) || isCode(err, "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist")
+}
+
+// isNotInFlight reports whether err says a receipt handle no longer holds
+// its message: the lease ended and the message was received again (or
+// deleted).
+func isNotInFlight(err error) bool {
+	var rh *types.ReceiptHandleIsInvalid
+	var nf *types.MessageNotInflight
+	return errors.As(err, &rh) || errors.As(err, &nf) || isCode(err, "ReceiptHandleIsInvalid", "MessageNotInflight",
+		"AWS.SimpleQueueService.MessageNotInflight")
+}

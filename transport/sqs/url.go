@@ -1,0 +1,26 @@
+package sqs
+
+import (
+	"context"
+	"net/url"
+
+	"github.com/ferrymq/ferry/transport"
+)
+
+func init() { transport.Register(Scheme, URLOpener{}) }
+
+// URLOpener opens sqs:// URLs for [transport.Open]: it calls [New] with
+// the URL, so that both read it the same way (see the package doc, # URLs).
+// The zero value is ready to use.
+type URLOpener struct{}
+
+var _ transport.Opener = URLOpener{}
+
+// OpenURL returns New(ctx, u.String()).
+func (URLOpener) OpenURL(ctx context.Context, u *url.URL) (transport.Transport, error) {
+	t, err := New(ctx, u.String())
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
