@@ -3,6 +3,7 @@ package sqs
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
@@ -54,6 +55,13 @@ func isGone(err error) bool {
 func isNotInFlight(err error) bool {
 	var rh *types.ReceiptHandleIsInvalid
 	var nf *types.MessageNotInflight
-	return errors.As(err, &rh) || errors.As(err, &nf) || isCode(err, "ReceiptHandleIsInvalid", "MessageNotInflight",
-		"AWS.SimpleQueueService.MessageNotInflight")
+	if errors.As(err, &rh) || errors.As(err, &nf) || isCode(err, "ReceiptHandleIsInvalid", "MessageNotInflight",
+		"AWS.SimpleQueueService.MessageNotInflight") {
+		return true
+	}
+	// AWS answers an expired handle with InvalidParameterValue, "Value …
+	// for parameter ReceiptHandle is invalid. Reason: The receipt handle
+	// has expired."
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == "InvalidParameterValue" && strings.Contains(ae.ErrorMessage(), "ReceiptHandle")
 }

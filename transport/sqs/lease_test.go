@@ -2,6 +2,7 @@ package sqs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -121,4 +122,33 @@ func TestLeaseExtensionMax(t *testing.T) {
 	if runs["slow-0"] < 2 {
 		t.Errorf("with MaxExtension 1s and a 3.5s handler on a 1s lease the message ran %d times; want a redelivery once extension stops", runs["slow-0"])
 	}
+}
+
+// TestExtendRevoked: Extend on a delivery whose lease ended and whose
+// message another consumer received since returns an error wrapping
+// transport.ErrRevoked; the new holder's Extend works.
+func TestExtendRevoked(t *testing.T) {
+	t.Parallel()
+	tr := open(t)
+	ctx := context.Background()
+	name := transporttest.UniqueName(t, "revoked")
+	sub := transport.Subscription{Topic: name, Options: map[string]string{"visibility": "1s", "max_extension": "0s"}}
+	first := subscribe(t, tr, sub)
+	if err := tr.Publish(ctx, &handler.Message{ID: "evt-1", Topic: name, Payload: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	d1 := receive(t, first)
+	second := subscribe(t, open(t), sub)
+	d2 := receive(t, second) // after d1's lease ended
+	if d2.Message().ID != "evt-1" {
+		t.Fatalf("second consumer got %q", d2.Message().ID)
+	}
+	err := d1.(transport.Extender).Extend(ctx, 0)
+	if !errors.Is(err, transport.ErrRevoked) {
+		t.Errorf("Extend of the lost lease = %v; want an error wrapping transport.ErrRevoked", err)
+	}
+	if err := d2.(transport.Extender).Extend(ctx, 5*time.Second); err != nil {
+		t.Errorf("Extend by the new holder = %v", err)
+	}
+	_ = d2.Ack(ctx)
 }

@@ -152,9 +152,9 @@ func (m callDeadline) HandleInitialize(ctx context.Context, in middleware.Initia
 			host = strings.ToLower(svc) + "." + m.region + ".amazonaws.com"
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%s %s to %s: no answer within %s: %w", svc, op, host, d, err)
+			err = fmt.Errorf("%s %s: no answer from %s within %s: %w", svc, op, host, d, err)
 		} else {
-			err = fmt.Errorf("%s %s to %s: no answer within %s: %w: %w", svc, op, host, d, context.DeadlineExceeded, err)
+			err = fmt.Errorf("%s %s: no answer from %s within %s: %w: %w", svc, op, host, d, context.DeadlineExceeded, err)
 		}
 	}
 	return out, md, err
