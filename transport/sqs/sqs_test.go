@@ -336,7 +336,7 @@ func TestUndecodableToDLQ(t *testing.T) {
 	if err := tr.Publish(ctx, &handler.Message{ID: "evt-good", Topic: name, Payload: []byte("fine")}); err != nil {
 		t.Fatal(err)
 	}
-	st := subscribe(t, tr, transport.Subscription{Topic: name})
+	st := subscribe(t, tr, transport.Subscription{Topic: name, Options: map[string]string{"visibility": "1s"}})
 	d := receive(t, st)
 	if d.Message().ID != "evt-good" {
 		t.Fatalf("received %q; want only the good message", d.Message().ID)
@@ -353,10 +353,15 @@ func TestUndecodableToDLQ(t *testing.T) {
 		m.Headers[wire.EncodingAttribute] != "base64" || !ok || !strings.Contains(rec.Error, "undecodable") || rec.OriginalTopic != name {
 		t.Errorf("dead letter %q %q %v, record %+v", m.ID, m.Payload, m.Headers, rec)
 	}
+	// Deleted, not merely hidden: past its 1 s lease it neither comes back
+	// nor is dead-lettered again.
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if d, err := st.Receive(rctx); err == nil {
 		t.Errorf("received %q after the DLQ move; the undecodable message must be deleted", d.Message().ID)
+	}
+	if again, err := tr.ListDLQ(ctx, dlq, 10); err != nil || len(again) != 1 {
+		t.Errorf("DLQ holds %d messages (%v) 3 s later; want 1: the original must be deleted once dead-lettered", len(again), err)
 	}
 }
 
