@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/routertest"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/sqs"
@@ -54,14 +54,14 @@ func TestRouterDeadLetter(t *testing.T) {
 	for _, kind := range []string{"standard", "fifo"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			tr := open(t)
+			tr := open(t, sqs.Visibility(time.Second), sqs.DeadLetterQueue("", 2))
 			ctx := context.Background()
 			name := transporttest.UniqueName(t, "dl")
 			wantDLQ := name + "-dlq"
 			if kind == "fifo" {
 				name, wantDLQ = name+".fifo", name+"-dlq.fifo"
 			}
-			sub := transport.Subscription{Topic: name, Options: map[string]string{"visibility": "1s", "max_receive_count": "2"}}
+			sub := transport.Subscription{Topic: name, Group: "billing"}
 			dlq := transport.DLQName(tr, sub)
 			if dlq != wantDLQ {
 				t.Fatalf("DLQName = %q, want %q", dlq, wantDLQ)
@@ -75,14 +75,7 @@ func TestRouterDeadLetter(t *testing.T) {
 				failed <- m.ID
 				return handler.Permanent(errors.New("order 7 has no items"))
 			}))
-			r, err := ferry.NewRouter()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Add("billing", tr, sub, h); err != nil {
-				t.Fatal(err)
-			}
-			runRouter(t, r)
+			stop := routertest.Run(t, tr, "billing", name, h)
 			headers := map[string]string{"tenant": "acme", "trace": "t-1"}
 			poison := &handler.Message{ID: "evt-7", Key: "order-7", Topic: name, Payload: []byte(`{"order":7}`), Headers: maps.Clone(headers)}
 			if err := tr.Publish(ctx, poison); err != nil {
@@ -114,7 +107,7 @@ func TestRouterDeadLetter(t *testing.T) {
 				rec.Subscription != "billing" || rec.OriginalTopic != name || rec.Attempts != 1 {
 				t.Errorf("dead-letter record %+v (ok %t)", rec, ok)
 			}
-			if err := r.Close(ctx); err != nil {
+			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
 

@@ -9,32 +9,10 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
-	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/internal/routertest"
 	"github.com/ferrymq/ferry/transport/sqs"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
-
-// runRouter runs r until the test ends.
-func runRouter(t *testing.T, r *ferry.Router) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		cctx, ccancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer ccancel()
-		_ = r.Close(cctx)
-		<-done
-	})
-	select {
-	case <-r.Ready():
-	case err := <-done:
-		t.Fatalf("Router.Run: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("Router not ready")
-	}
-}
 
 // TestFIFOOrderAndDedupe publishes 5 groups × 200 messages to a FIFO
 // queue and handles them with a Router of 16 workers: each group's
@@ -110,15 +88,7 @@ func TestFIFOOrderAndDedupe(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	sub := open(t, sqs.Pollers(4))
-	r, err := ferry.NewRouter()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Add("fifo", sub, transport.Subscription{Topic: name}, h, ferry.Concurrency(16), ferry.PerKey()); err != nil {
-		t.Fatal(err)
-	}
-	runRouter(t, r)
+	routertest.Run(t, open(t, sqs.Pollers(4)), "fifo", name, h, ferry.Concurrency(16), ferry.PerKey())
 	select {
 	case <-all:
 	case <-time.After(90 * time.Second):

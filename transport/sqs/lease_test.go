@@ -10,6 +10,7 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/routertest"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/sqs"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -39,15 +40,7 @@ func slowHandlerRuns(t *testing.T, n int, opts ...sqs.Option) map[string]int {
 		return nil
 	})
 	for i := range 2 {
-		r, err := ferry.NewRouter()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sub := open(t, opts...)
-		if err := r.Add(fmt.Sprintf("slow-%d", i), sub, transport.Subscription{Topic: name}, h, ferry.Concurrency(n)); err != nil {
-			t.Fatal(err)
-		}
-		runRouter(t, r)
+		routertest.Run(t, open(t, opts...), fmt.Sprintf("slow-%d", i), name, h, ferry.Concurrency(n))
 	}
 	for i := range n {
 		if err := pub.Publish(ctx, &handler.Message{ID: fmt.Sprintf("slow-%d", i), Topic: name, Payload: []byte("work")}); err != nil {
