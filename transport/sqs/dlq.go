@@ -147,11 +147,10 @@ func (t *Transport) publishReplay(ctx context.Context, m *handler.Message, dlqMe
 	if err != nil {
 		return err
 	}
-	if q.info.FIFO && it.v.entry.MessageDeduplicationId != nil {
-		it.v.entry.MessageDeduplicationId = aws.String(wire.FIFOID(m.ID + ":replay:" + dlqMessageID))
+	if q.info.FIFO && it.entry.MessageDeduplicationId != nil {
+		it.entry.MessageDeduplicationId = aws.String(wire.FIFOID(m.ID + ":replay:" + dlqMessageID))
 	}
-	q.send.add(it)
-	return t.wait(ctx, q, it)
+	return sendErr(ctx, q, q.send.Add(ctx, it))
 }
 
 func (t *Transport) receiveDLQ(ctx context.Context, q *queueRef, n int) ([]types.Message, error) {

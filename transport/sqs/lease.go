@@ -78,7 +78,7 @@ func (s *stream) extend(ds []*delivery, d time.Duration) {
 		}
 		if !dl.state.CompareAndSwap(stateExtending, stateUnsettled) &&
 			dl.state.CompareAndSwap(stateNackPending, stateSettled) {
-			s.vis.add(&batchItem[visChange]{v: visChange{dl.handle, int32(dl.nackDelay.Load())}})
+			s.sendNack(dl)
 		}
 	}
 }

@@ -2,14 +2,17 @@ package sqs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/batch"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/internal/awsconf"
 	"github.com/ferrymq/ferry/transport/sqs/wire"
@@ -19,8 +22,26 @@ import (
 // limit is size.
 func maxPayload(size int) int { return size - attributeReserve }
 
-type sendOp struct {
+// sendItem is one message ready for SendMessageBatch.
+type sendItem struct {
 	entry types.SendMessageBatchRequestEntry
+	size  int // body and attributes, as SQS counts them
+}
+
+// newSender returns the batcher that coalesces q's publishes into
+// SendMessageBatch calls of up to ten messages and 1 MiB: an idle queue
+// sends at once; while a call is in flight messages gather, and further
+// calls (up to PublishConcurrency, one on a FIFO queue, which keeps a
+// group's order across batches) start only with full batches, since SQS
+// charges per call.
+func (t *Transport) newSender(q *queueRef) (*batch.Batcher[sendItem], error) {
+	calls := t.cfg.PublishCalls
+	if q.info.FIFO {
+		calls = 1
+	}
+	return batch.New(batch.Options{MaxItems: 10, MaxBytes: MaxMessageSize, MaxHandlers: calls, MaxPartialHandlers: 1},
+		func(it sendItem) int { return it.size },
+		func(ctx context.Context, items []sendItem) []error { return t.send(ctx, q, items) })
 }
 
 // Publish sends m to the queue m.Topic and returns when SQS has accepted it.
@@ -35,6 +56,11 @@ type sendOp struct {
 // refused before sending with an error wrapping [transport.ErrTooLarge]. An
 // empty ID is replaced by a random one, so a retry of that publish is not
 // deduplicated.
+//
+// A call that SQS does not answer within [CallTimeout], or a ctx that ends
+// once the message was handed to a SendMessageBatch, returns an error
+// wrapping [transport.ErrUnknownOutcome]; a ctx that ends before returns
+// ctx.Err(), and nothing was sent.
 func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
@@ -47,63 +73,88 @@ func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
 	if err != nil {
 		return err
 	}
-	q.send.add(it)
-	return t.wait(ctx, q, it)
+	return sendErr(ctx, q, q.send.Add(ctx, it))
 }
 
 // PublishBatch publishes msgs, grouped per queue into SendMessageBatch calls
 // of up to ten messages (and 1 MiB), several calls concurrently. It returns
 // nil when every message was accepted, or a *[transport.BatchError] with one
 // entry per message: a refused entry's error is an *[EntryError]; a call
-// that failed without an answer gives ErrUnknownOutcome for its entries.
+// that failed without an answer gives ErrUnknownOutcome for its entries. On
+// a FIFO queue the messages keep their order.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
 	errs := make([]error, len(msgs))
-	items := make([]*batchItem[sendOp], len(msgs))
-	refs := make([]*queueRef, len(msgs))
 	failed := false
+	type group struct {
+		q     *queueRef
+		idx   []int
+		items []sendItem
+	}
+	groups := map[string]*group{}
+	var order []*group
 	for i, m := range msgs {
 		q, err := t.resolve(ctx, m.Topic)
+		var it sendItem
 		if err == nil {
-			items[i], err = t.prepare(q, m)
+			it, err = t.prepare(q, m)
 		}
 		if err != nil {
 			errs[i], failed = err, true
 			continue
 		}
-		refs[i] = q
-		q.send.add(items[i])
-	}
-	for i, it := range items {
-		if it == nil {
-			continue
+		g := groups[m.Topic]
+		if g == nil {
+			g = &group{q: q}
+			groups[m.Topic] = g
+			order = append(order, g)
 		}
-		if err := t.wait(ctx, refs[i], it); err != nil {
-			errs[i], failed = err, true
-		}
+		g.idx = append(g.idx, i)
+		g.items = append(g.items, it)
 	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, g := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := g.q.send.AddAll(ctx, g.items)
+			mu.Lock()
+			defer mu.Unlock()
+			for j, err := range res {
+				if err != nil {
+					errs[g.idx[j]], failed = sendErr(ctx, g.q, err), true
+				}
+			}
+		}()
+	}
+	wg.Wait()
 	if failed {
 		return &transport.BatchError{Errs: errs}
 	}
 	return nil
 }
 
-func (t *Transport) wait(ctx context.Context, q *queueRef, it *batchItem[sendOp]) error {
-	select {
-	case <-it.done:
-		return it.err
-	case <-ctx.Done():
-		if q.send.withdraw(it) {
-			return fmt.Errorf("sqs: publish to %s: not sent: %w", q.info.Name, ctx.Err())
-		}
-		return fmt.Errorf("sqs: publish to %s: %w: %w", q.info.Name, transport.ErrUnknownOutcome, ctx.Err())
+// sendErr is the publish error for a batcher's result err.
+func sendErr(ctx context.Context, q *queueRef, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, batch.ErrClosed):
+		return fmt.Errorf("sqs: publish to %s: %w", q.info.Name, transport.ErrClosed)
+	case errors.Is(err, batch.ErrNotHandled):
+		return fmt.Errorf("sqs: publish to %s: not sent: %w", q.info.Name, err)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()) && !errors.Is(err, transport.ErrUnknownOutcome):
+		// Given up while the SendMessageBatch was out.
+		return fmt.Errorf("sqs: publish to %s: %w: %w", q.info.Name, transport.ErrUnknownOutcome, err)
 	}
+	return err // the call's own, classified by send
 }
 
 // prepare encodes m for q and checks its size.
-func (t *Transport) prepare(q *queueRef, m *handler.Message) (*batchItem[sendOp], error) {
+func (t *Transport) prepare(q *queueRef, m *handler.Message) (sendItem, error) {
 	id := m.ID
 	if id == "" {
 		id = wire.NewID()
@@ -114,15 +165,15 @@ func (t *Transport) prepare(q *queueRef, m *handler.Message) (*batchItem[sendOp]
 		group, dedupe, keyAttr = wire.FIFOFields(m.Key, id)
 	}
 	if max := maxPayload(q.info.MaxSize); len(m.Payload) > max {
-		return nil, fmt.Errorf("sqs: publish to %s: %w: payload of %d bytes > %d (the queue's %d-byte limit less %d bytes kept for attributes)",
+		return sendItem{}, fmt.Errorf("sqs: publish to %s: %w: payload of %d bytes > %d (the queue's %d-byte limit less %d bytes kept for attributes)",
 			q.info.Name, transport.ErrTooLarge, len(m.Payload), max, q.info.MaxSize, attributeReserve)
 	}
 	enc, err := t.codec.Encode(m, id, keyAttr)
 	if err != nil {
-		return nil, fmt.Errorf("sqs: publish to %s: %w", q.info.Name, err)
+		return sendItem{}, fmt.Errorf("sqs: publish to %s: %w", q.info.Name, err)
 	}
 	if size := enc.Size(); size > q.info.MaxSize {
-		return nil, fmt.Errorf("sqs: publish to %s: %w: %d bytes of body and attributes > the queue's %d (a binary payload travels in base64, 4/3 its size)",
+		return sendItem{}, fmt.Errorf("sqs: publish to %s: %w: %d bytes of body and attributes > the queue's %d (a binary payload travels in base64, 4/3 its size)",
 			q.info.Name, transport.ErrTooLarge, size, q.info.MaxSize)
 	}
 	e := types.SendMessageBatchRequestEntry{
@@ -135,46 +186,44 @@ func (t *Transport) prepare(q *queueRef, m *handler.Message) (*batchItem[sendOp]
 			e.MessageDeduplicationId = aws.String(dedupe)
 		}
 	}
-	return &batchItem[sendOp]{v: sendOp{entry: e}, size: enc.Size(), done: make(chan struct{})}, nil
+	return sendItem{entry: e, size: enc.Size()}, nil
 }
 
-func (t *Transport) sendHandler(q *queueRef) func([]*batchItem[sendOp]) {
-	return func(items []*batchItem[sendOp]) {
-		entries := make([]types.SendMessageBatchRequestEntry, len(items))
-		for i, it := range items {
-			entries[i] = it.v.entry
-			entries[i].Id = aws.String(strconv.Itoa(i))
+// send is one SendMessageBatch of items to q, and each item's outcome. ctx
+// is the batcher's; the call deadline (CallTimeout) bounds the call.
+func (t *Transport) send(ctx context.Context, q *queueRef, items []sendItem) []error {
+	entries := make([]types.SendMessageBatchRequestEntry, len(items))
+	for i, it := range items {
+		entries[i] = it.entry
+		entries[i].Id = aws.String(strconv.Itoa(i))
+	}
+	errs := make([]error, len(items))
+	out, err := t.client.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: &q.info.URL, Entries: entries})
+	if err != nil {
+		err = awsconf.Classify("sqs", "publish to "+q.info.Name, err)
+		for i := range errs {
+			errs[i] = err
 		}
-		// The call deadline (CallTimeout) bounds it; no caller's ctx ends it.
-		out, err := t.client.SendMessageBatch(context.Background(), &awssqs.SendMessageBatchInput{QueueUrl: &q.info.URL, Entries: entries})
-		if err != nil {
-			err = awsconf.Classify("sqs", "publish to "+q.info.Name, err)
-			for _, it := range items {
-				it.err = err
-			}
-		} else {
-			seen := make([]bool, len(items))
-			for _, s := range out.Successful {
-				if i, e := strconv.Atoi(aws.ToString(s.Id)); e == nil && i < len(items) {
-					seen[i] = true
-				}
-			}
-			for _, f := range out.Failed {
-				if i, e := strconv.Atoi(aws.ToString(f.Id)); e == nil && i < len(items) {
-					seen[i] = true
-					items[i].err = &EntryError{Queue: q.info.Name, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
-				}
-			}
-			for i, ok := range seen {
-				if !ok {
-					items[i].err = fmt.Errorf("sqs: publish to %s: %w: entry missing from the response", q.info.Name, transport.ErrUnknownOutcome)
-				}
-			}
-		}
-		for _, it := range items {
-			close(it.done)
+		return errs
+	}
+	seen := make([]bool, len(items))
+	for _, s := range out.Successful {
+		if i, e := strconv.Atoi(aws.ToString(s.Id)); e == nil && i < len(items) {
+			seen[i] = true
 		}
 	}
+	for _, f := range out.Failed {
+		if i, e := strconv.Atoi(aws.ToString(f.Id)); e == nil && i < len(items) {
+			seen[i] = true
+			errs[i] = &EntryError{Queue: q.info.Name, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+		}
+	}
+	for i, ok := range seen {
+		if !ok {
+			errs[i] = fmt.Errorf("sqs: publish to %s: %w: entry missing from the response", q.info.Name, transport.ErrUnknownOutcome)
+		}
+	}
+	return errs
 }
 
 func toSQSAttributes(in map[string]wire.Attribute) map[string]types.MessageAttributeValue {

@@ -12,6 +12,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/ferrymq/ferry/internal/batch"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/internal/awsconf"
 )
@@ -21,7 +22,7 @@ type queueRef struct {
 	ready chan struct{}
 	err   error
 	info  QueueInfo
-	send  *batcher[sendOp]
+	send  *batch.Batcher[sendItem] // its publishes; closed by Transport.Close
 }
 
 // QueueInfo describes a declared or resolved queue.
@@ -219,14 +220,11 @@ func (t *Transport) resolve(ctx context.Context, name string) (*queueRef, error)
 			t.mu.Lock()
 			delete(t.queues, name)
 			t.mu.Unlock()
-		} else {
-			calls := t.cfg.PublishCalls
-			if q.info.FIFO {
-				// One call at a time keeps publish order within a group
-				// across batches.
-				calls = 1
-			}
-			q.send = newBatcher(10, MaxMessageSize, calls, t.sendHandler(q))
+		} else if q.send, err = t.newSender(q); err != nil {
+			q.err = err
+			t.mu.Lock()
+			delete(t.queues, name)
+			t.mu.Unlock()
 		}
 		close(q.ready)
 	} else {
@@ -241,13 +239,6 @@ func (t *Transport) resolve(ctx context.Context, name string) (*queueRef, error)
 		return nil, q.err
 	}
 	return q, nil
-}
-
-// forget drops a cached queue (after it was deleted, say).
-func (t *Transport) forget(name string) {
-	t.mu.Lock()
-	delete(t.queues, name)
-	t.mu.Unlock()
 }
 
 func (t *Transport) resolveExisting(ctx context.Context, name string) (*queueRef, error) {

@@ -70,7 +70,7 @@ func (s *stream) poll(ctx context.Context) {
 		if s.isClosed() {
 			// Closed while this receive was out: give the messages back.
 			for i := range out.Messages {
-				s.vis.add(&batchItem[visChange]{v: visChange{aws.ToString(out.Messages[i].ReceiptHandle), 0}})
+				_ = s.vis.Submit(context.Background(), visChange{aws.ToString(out.Messages[i].ReceiptHandle), 0}, nil)
 			}
 			return
 		}
@@ -182,5 +182,7 @@ func (s *stream) deadLetter(m *types.Message, now time.Time, err error) {
 	}
 	s.t.log.Warn("sqs: undecodable message moved to the DLQ", "queue", s.q.Name, "dlq", s.dlq,
 		"message_id", aws.ToString(m.MessageId), "error", err)
-	s.acks.add(&batchItem[string]{v: aws.ToString(m.ReceiptHandle)})
+	if err := s.acks.Submit(context.Background(), aws.ToString(m.ReceiptHandle), nil); err != nil {
+		s.t.log.Warn("sqs: dead-lettered message not deleted; it will be dead-lettered again", "queue", s.q.Name, "error", err)
+	}
 }

@@ -2,6 +2,7 @@ package sqs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/batch"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -55,6 +57,7 @@ func (d *delivery) Message() *handler.Message { return d.msg }
 // Ack queues a DeleteMessage for the delivery, coalesced with others into
 // DeleteMessageBatch calls; it returns before SQS has answered. A delete
 // that fails is logged and the message is redelivered when its lease ends.
+// ctx bounds only a wait for room among the deletes queued (1024).
 func (d *delivery) Ack(ctx context.Context) error {
 	for {
 		st := d.state.Load()
@@ -65,9 +68,21 @@ func (d *delivery) Ack(ctx context.Context) error {
 			break
 		}
 	}
-	d.s.acks.add(&batchItem[string]{v: d.handle})
+	err := d.s.acks.Submit(ctx, d.handle, nil)
 	<-d.s.tokens
+	if err != nil {
+		// Not queued: the message returns when its lease ends.
+		return d.s.settleErr("ack", err)
+	}
 	return nil
+}
+
+// settleErr is the error of a settle that the batcher did not take.
+func (s *stream) settleErr(op string, err error) error {
+	if errors.Is(err, batch.ErrClosed) {
+		return fmt.Errorf("sqs: %s on %s: stream closed: %w", op, s.q.Name, transport.ErrClosed)
+	}
+	return fmt.Errorf("sqs: %s on %s: %w", op, s.q.Name, err)
 }
 
 // Nack makes the message visible again after delay (ChangeMessageVisibility
@@ -78,12 +93,17 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 	secs := int64((max(delay, 0) + time.Second - 1) / time.Second)
 	secs = min(secs, 12*3600)
 	d.nackDelay.Store(secs)
+	var err error
 	if d.state.CompareAndSwap(stateUnsettled, stateSettled) {
-		d.s.vis.add(&batchItem[visChange]{v: visChange{d.handle, int32(secs)}})
+		err = d.s.vis.Submit(ctx, visChange{d.handle, int32(secs)}, nil)
 	} else if !d.state.CompareAndSwap(stateExtending, stateNackPending) {
 		return settledErr(d.state.Load())
 	}
 	<-d.s.tokens
+	if err != nil {
+		// Not queued: the message returns when its lease ends.
+		return d.s.settleErr("nack", err)
+	}
 	return nil
 }
 
@@ -113,53 +133,70 @@ func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
 	if d.state.CompareAndSwap(stateUnsettled, stateExtending) {
 		d.leaseEnd = start.Add(time.Duration(secs) * time.Second)
 		if !d.state.CompareAndSwap(stateExtending, stateUnsettled) && d.state.CompareAndSwap(stateNackPending, stateSettled) {
-			d.s.vis.add(&batchItem[visChange]{v: visChange{d.handle, int32(d.nackDelay.Load())}})
+			d.s.sendNack(d)
 		}
 	}
 	return nil
 }
 
-func (s *stream) deleteHandler(items []*batchItem[string]) {
-	entries := make([]types.DeleteMessageBatchRequestEntry, len(items))
-	for i, it := range items {
-		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(it.v)}
+// sendNack queues the visibility change of a Nack that arrived while d
+// was being extended.
+func (s *stream) sendNack(d *delivery) {
+	if err := s.vis.Submit(context.Background(), visChange{d.handle, int32(d.nackDelay.Load())}, nil); err != nil {
+		s.t.log.Warn("sqs: nack not sent; the message returns when its lease ends", "queue", s.q.Name, "error", err)
 	}
-	// The call deadline (CallTimeout) bounds it.
-	out, err := s.t.client.DeleteMessageBatch(context.Background(), &awssqs.DeleteMessageBatchInput{QueueUrl: &s.q.URL, Entries: entries})
+}
+
+// newSettlers returns the batchers of a stream's settles: deletes (acks)
+// and visibility changes (nacks, releases), each coalesced into batch calls
+// of ten. An idle stream sends at once; while a call is in flight settles
+// gather, and further calls (up to 8 deletes, 4 visibility changes) start
+// only with full batches.
+func (s *stream) newSettlers() error {
+	var err error
+	if s.acks, err = batch.New(batch.Options{MaxItems: 10, MaxHandlers: 8, MaxPartialHandlers: 1}, nil, s.delete); err != nil {
+		return err
+	}
+	if s.vis, err = batch.New(batch.Options{MaxItems: 10, MaxHandlers: 4, MaxPartialHandlers: 1}, nil, s.changeVisibility); err != nil {
+		_ = s.acks.Close(context.Background())
+		return err
+	}
+	return nil
+}
+
+// delete is one DeleteMessageBatch. A failure is logged: the messages are
+// redelivered when their leases end. ctx is the batcher's; the call
+// deadline (CallTimeout) bounds the call.
+func (s *stream) delete(ctx context.Context, handles []string) []error {
+	entries := make([]types.DeleteMessageBatchRequestEntry, len(handles))
+	for i, h := range handles {
+		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(h)}
+	}
+	out, err := s.t.client.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: &s.q.URL, Entries: entries})
 	if err != nil {
-		// The messages will be redelivered when their leases end.
-		s.t.log.Warn("sqs: delete failed; messages will be redelivered", "queue", s.q.Name, "messages", len(items), "error", err)
+		s.t.log.Warn("sqs: delete failed; messages will be redelivered", "queue", s.q.Name, "messages", len(handles), "error", err)
 	} else if len(out.Failed) > 0 {
 		s.t.log.Warn("sqs: delete refused; messages will be redelivered", "queue", s.q.Name, "messages", len(out.Failed),
 			"code", aws.ToString(out.Failed[0].Code), "reason", aws.ToString(out.Failed[0].Message))
 	}
-	for _, it := range items {
-		it.err = err
-		if it.done != nil {
-			close(it.done)
-		}
-	}
+	return nil
 }
 
-func (s *stream) visibilityHandler(items []*batchItem[visChange]) {
-	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(items))
-	for i, it := range items {
+// changeVisibility is one ChangeMessageVisibilityBatch. A failure is
+// logged: the messages return when their current leases end.
+func (s *stream) changeVisibility(ctx context.Context, changes []visChange) []error {
+	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(changes))
+	for i, c := range changes {
 		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
-			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(it.v.handle), VisibilityTimeout: it.v.seconds,
+			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(c.handle), VisibilityTimeout: c.seconds,
 		}
 	}
-	// The call deadline (CallTimeout) bounds it.
-	out, err := s.t.client.ChangeMessageVisibilityBatch(context.Background(), &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: &s.q.URL, Entries: entries})
+	out, err := s.t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: &s.q.URL, Entries: entries})
 	if err != nil {
-		s.t.log.Warn("sqs: visibility change failed; messages return when their leases end", "queue", s.q.Name, "messages", len(items), "error", err)
+		s.t.log.Warn("sqs: visibility change failed; messages return when their leases end", "queue", s.q.Name, "messages", len(changes), "error", err)
 	} else if len(out.Failed) > 0 {
 		s.t.log.Debug("sqs: visibility change refused", "queue", s.q.Name, "messages", len(out.Failed),
 			"code", aws.ToString(out.Failed[0].Code))
 	}
-	for _, it := range items {
-		it.err = err
-		if it.done != nil {
-			close(it.done)
-		}
-	}
+	return nil
 }

@@ -135,7 +135,7 @@ func (t *Transport) Close(ctx context.Context) error {
 			continue // still resolving: nothing was queued on it
 		}
 		if q.send != nil {
-			errs = append(errs, q.send.flush(ctx))
+			errs = append(errs, q.send.Close(ctx))
 		}
 	}
 	return errors.Join(errs...)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferrymq/ferry/internal/batch"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/internal/awsconf"
 )
@@ -28,8 +29,8 @@ type stream struct {
 	deliveries chan *delivery
 	errs       chan error // a poller's receive error, for Receive; one per poller at most
 
-	acks *batcher[string]    // receipt handles to delete
-	vis  *batcher[visChange] // visibility changes (nacks, releases, extends)
+	acks *batch.Batcher[string]    // receipt handles to delete
+	vis  *batch.Batcher[visChange] // visibility changes (nacks, releases)
 
 	pollCtx       context.Context // ends when Close gives up on the pollers
 	stopPolling   context.CancelFunc
@@ -55,7 +56,7 @@ type visChange struct {
 
 // newStream starts the pollers and the heartbeat of a stream on the queue
 // info, as planned by p.
-func newStream(t *Transport, info QueueInfo, p plan, lease time.Duration) *stream {
+func newStream(t *Transport, info QueueInfo, p plan, lease time.Duration) (*stream, error) {
 	s := &stream{
 		t:          t,
 		q:          info,
@@ -68,15 +69,16 @@ func newStream(t *Transport, info QueueInfo, p plan, lease time.Duration) *strea
 		errs:       make(chan error, p.so.Pollers),
 		closed:     make(chan struct{}),
 	}
-	s.acks = newBatcher(10, 0, 8, s.deleteHandler)
-	s.vis = newBatcher(10, 0, 4, s.visibilityHandler)
+	if err := s.newSettlers(); err != nil {
+		return nil, err
+	}
 	s.pollCtx, s.stopPolling = context.WithCancel(context.Background())
 	s.startPollers(p.so.Pollers)
 	if p.so.MaxExtension > 0 {
 		s.heartbeatDone = make(chan struct{})
 		go s.heartbeat()
 	}
-	return s
+	return s, nil
 }
 
 // startPollers starts n pollers unless the stream is closing.
@@ -177,7 +179,7 @@ func (s *stream) Close(ctx context.Context) error {
 		s.leaseMu.Unlock()
 		for _, d := range leased {
 			if d.state.CompareAndSwap(stateUnsettled, stateReleased) {
-				s.vis.add(&batchItem[visChange]{v: visChange{d.handle, 0}})
+				_ = s.vis.Submit(context.Background(), visChange{d.handle, 0}, nil)
 			}
 		}
 		// Drain the buffer so no one receives a released delivery.
@@ -188,7 +190,7 @@ func (s *stream) Close(ctx context.Context) error {
 				more = false
 			}
 		}
-		err = errors.Join(s.acks.flush(ctx), s.vis.flush(ctx))
+		err = errors.Join(s.acks.Close(ctx), s.vis.Close(ctx))
 		s.t.mu.Lock()
 		delete(s.t.streams, s)
 		s.t.mu.Unlock()

@@ -134,7 +134,10 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 	if lease == 0 {
 		lease = max(info.Visibility, time.Second)
 	}
-	s := newStream(t, info, p, lease)
+	s, err := newStream(t, info, p, lease)
+	if err != nil {
+		return nil, err
+	}
 	t.mu.Lock()
 	if t.closed.Load() {
 		t.mu.Unlock()
@@ -150,15 +153,19 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 // allow, and returns the queue.
 func (t *Transport) declareFor(ctx context.Context, p plan) (QueueInfo, error) {
 	if p.so.Redrive() {
-		info, err := t.DeclareQueue(ctx, Queue{Name: p.queue, DeadLetter: &DeadLetter{Queue: p.dlq, MaxReceiveCount: p.so.MaxReceiveCount}})
-		t.forget(p.queue) // its cached attributes are stale
-		return info, err
+		return t.DeclareQueue(ctx, Queue{Name: p.queue, DeadLetter: &DeadLetter{Queue: p.dlq, MaxReceiveCount: p.so.MaxReceiveCount}})
 	}
 	q, err := t.resolve(ctx, p.queue)
 	if err != nil {
 		return QueueInfo{}, err
 	}
-	if rp := q.info.RedrivePolicy; rp != nil {
+	// Read the redrive policy afresh: another process may have set it
+	// since the queue was resolved.
+	info, err := t.describe(ctx, p.queue, q.info.URL)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	if rp := info.RedrivePolicy; rp != nil {
 		if target := queueNameFromARN(rp.DeadLetterTargetARN); target != p.dlq {
 			return QueueInfo{}, invalid("queue %s has a redrive policy to %s, but its DLQ is %s: set dlq=%s (with max_receive_count=%d) so that native and middleware dead letters share one queue",
 				p.queue, target, p.dlq, target, rp.MaxReceiveCount)
@@ -169,5 +176,5 @@ func (t *Transport) declareFor(ctx context.Context, p plan) (QueueInfo, error) {
 			return QueueInfo{}, err
 		}
 	}
-	return q.info, nil
+	return info, nil
 }
