@@ -2,37 +2,18 @@ package sns_test
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
-	"github.com/ferrymq/ferry/internal/routertest"
-	"github.com/ferrymq/ferry/middleware"
+	"github.com/ferrymq/ferry/internal/fauxqs"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/sns"
 	"github.com/ferrymq/ferry/transport/sqs"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
-
-// listDLQ lists dlq until it holds want messages or 15 s have passed.
-func listDLQ(t *testing.T, tr *sns.Transport, dlq string, want int) []*handler.Message {
-	t.Helper()
-	var got []*handler.Message
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var err error
-		if got, err = tr.ListDLQ(context.Background(), dlq, 10); err != nil {
-			t.Fatalf("ListDLQ(%s): %v", dlq, err)
-		}
-		if len(got) >= want || time.Now().After(deadline) {
-			return got
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
 
 // receiveIDs receives from st until quiet for wait, acking, and returns
 // the IDs.
@@ -74,16 +55,11 @@ func TestRouterDeadLetter(t *testing.T) {
 	}
 	defer other.Close(ctx)
 
-	mw, err := middleware.Recommended(tr)
-	if err != nil {
-		t.Fatal(err)
+	failed, stop := fauxqs.RunPoison(t, tr, topic)
+	// Subscribe made the DLQ: it lists, empty, before any failure.
+	if got, err := tr.ListDLQ(ctx, dlq, 10); err != nil || len(got) != 0 {
+		t.Fatalf("ListDLQ(%s) after Subscribe = %d, %v; want an empty queue", dlq, len(got), err)
 	}
-	failed := make(chan string, 10)
-	h := mw(handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
-		failed <- m.ID
-		return handler.Permanent(errors.New("order 7 has no items"))
-	}))
-	stop := routertest.Run(t, tr, "billing", topic, h)
 	headers := map[string]string{"tenant": "acme"}
 	poison := &handler.Message{ID: "evt-7", Key: "order-7", Topic: topic, Payload: []byte(`{"order":7}`), Headers: maps.Clone(headers)}
 	if err := tr.Publish(ctx, poison); err != nil {
@@ -94,14 +70,14 @@ func TestRouterDeadLetter(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the handler never got the message")
 	}
-	got := listDLQ(t, tr, dlq, 1)
+	got := fauxqs.WaitDLQ(t, tr, dlq, 1)
 	if len(got) != 1 {
 		t.Fatalf("ListDLQ(%s) = %d messages, want the dead letter", dlq, len(got))
 	}
 	dl := got[0]
 	rec, ok := transport.ReadDeadLetter(dl)
 	if dl.ID != poison.ID || dl.Key != poison.Key || string(dl.Payload) != string(poison.Payload) || dl.Headers["tenant"] != "acme" ||
-		!ok || !strings.Contains(rec.Error, "order 7 has no items") || rec.Subscription != "billing" || rec.OriginalTopic != topic {
+		!ok || !strings.Contains(rec.Error, fauxqs.PoisonReason) || rec.Subscription != "billing" || rec.OriginalTopic != topic {
 		t.Errorf("dead letter %q %q %q %v, record %+v", dl.ID, dl.Key, dl.Payload, dl.Headers, rec)
 	}
 	if err := stop(); err != nil {
@@ -127,7 +103,7 @@ func TestRouterDeadLetter(t *testing.T) {
 		}
 		_ = d.Nack(ctx, 0)
 	}
-	got = listDLQ(t, tr, dlq, 2)
+	got = fauxqs.WaitDLQ(t, tr, dlq, 2)
 	var ids []string
 	for _, m := range got {
 		ids = append(ids, m.ID)

@@ -3,7 +3,6 @@ package sns
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,7 +42,6 @@ type Transport struct {
 	sqs    *sqs.Transport
 	cfg    awsconf.Config
 	codec  wire.Codec
-	log    *slog.Logger
 
 	mu     sync.Mutex
 	topics map[string]*topicRef
@@ -91,16 +89,11 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 	if err != nil {
 		return nil, err
 	}
-	log := c.Log
-	if log == nil {
-		log = slog.Default()
-	}
 	return &Transport{
 		client: awssns.NewFromConfig(cfg),
 		sqs:    q,
 		cfg:    c,
 		codec:  wire.Codec{IDAttribute: c.IDAttribute, NumberHeaders: c.NumberHeaders},
-		log:    log,
 		topics: map[string]*topicRef{},
 	}, nil
 }

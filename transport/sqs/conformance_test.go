@@ -10,8 +10,12 @@ import (
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
-// harness runs the suite on fauxqs. Each Open is a new Transport (its own
-// SQS client), as a separate process would have.
+// harness runs the suite on fauxqs, on standard queues. (Not on FIFO
+// queues: SQS hands out no later message of a group while an earlier one is
+// in flight, and the suite's Ack case leaves one unsettled while it waits
+// for the later ones. TestFIFOOrderAndDedupe proves FIFO's per-key order.)
+// Each Open is a new Transport (its own SQS client), as a separate process
+// would have.
 type harness struct{}
 
 func (harness) Open(tb testing.TB) transport.Transport { return open(tb) }
@@ -24,11 +28,11 @@ func (harness) MakeSubscription(tb testing.TB, sub transport.Subscription) trans
 }
 
 // MakeDeadLetter attaches a redrive policy (maxReceiveCount 3) to the
-// subscribed queue.
+// subscribed queue, into its DLQ, and reads the DLQ.
 func (harness) MakeDeadLetter(tb testing.TB, sub transport.Subscription) (transport.Subscription, transport.Subscription, int) {
-	dlq := sub.Topic + "-dlq"
 	withDLQ := sub
-	withDLQ.Options = map[string]string{"visibility": "2s", "dlq": dlq, "max_receive_count": "3"}
+	withDLQ.Options = map[string]string{"visibility": "2s", "max_receive_count": "3"}
+	dlq := sub.Topic + "-dlq" // its DLQName
 	return withDLQ, transport.Subscription{Topic: dlq, Group: sub.Group + "-dlq", Options: map[string]string{"visibility": "2s"}}, 3
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
-	"github.com/ferrymq/ferry/transport/sqs/wire"
 )
 
 // dlqHold is the visibility taken on DLQ messages while they are listed or
@@ -123,7 +122,7 @@ func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Repla
 				return replayed, fmt.Errorf("sqs: replay %s: message %s has no original queue; set Replay.To", dlq, m.ID)
 			}
 			out := transport.StripDeadLetterHeaders(m, dest)
-			if err := t.publishReplay(ctx, out, aws.ToString(raw.MessageId)); err != nil {
+			if err := t.publish(ctx, out, aws.ToString(raw.MessageId)); err != nil {
 				keep = append(keep, handle)
 				return replayed, fmt.Errorf("sqs: replay %s to %s: %w", dlq, dest, err)
 			}
@@ -136,21 +135,6 @@ func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Repla
 		}
 	}
 	return replayed, nil
-}
-
-func (t *Transport) publishReplay(ctx context.Context, m *handler.Message, dlqMessageID string) error {
-	q, err := t.resolve(ctx, m.Topic)
-	if err != nil {
-		return err
-	}
-	it, err := t.prepare(q, m)
-	if err != nil {
-		return err
-	}
-	if q.info.FIFO && it.entry.MessageDeduplicationId != nil {
-		it.entry.MessageDeduplicationId = aws.String(wire.FIFOID(m.ID + ":replay:" + dlqMessageID))
-	}
-	return sendErr(ctx, q, q.send.Add(ctx, it))
 }
 
 func (t *Transport) receiveDLQ(ctx context.Context, q *queueRef, n int) ([]types.Message, error) {

@@ -9,29 +9,11 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
-	"github.com/ferrymq/ferry/internal/routertest"
-	"github.com/ferrymq/ferry/middleware"
+	"github.com/ferrymq/ferry/internal/fauxqs"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/sqs"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
-
-// listDLQ lists dlq until it holds want messages or 15 s have passed.
-func listDLQ(t *testing.T, d transport.DeadLetters, dlq string, want int) []*handler.Message {
-	t.Helper()
-	var got []*handler.Message
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var err error
-		if got, err = d.ListDLQ(context.Background(), dlq, 10); err != nil {
-			t.Fatalf("ListDLQ(%s): %v", dlq, err)
-		}
-		if len(got) >= want || time.Now().After(deadline) {
-			return got
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
 
 // byID returns the message of msgs with ID id, or nil.
 func byID(msgs []*handler.Message, id string) *handler.Message {
@@ -66,16 +48,11 @@ func TestRouterDeadLetter(t *testing.T) {
 			if dlq != wantDLQ {
 				t.Fatalf("DLQName = %q, want %q", dlq, wantDLQ)
 			}
-			mw, err := middleware.Recommended(tr)
-			if err != nil {
-				t.Fatal(err)
+			failed, stop := fauxqs.RunPoison(t, tr, name)
+			// Subscribe made the DLQ: it lists, empty, before any failure.
+			if got, err := tr.ListDLQ(ctx, dlq, 10); err != nil || len(got) != 0 {
+				t.Fatalf("ListDLQ(%s) after Subscribe = %d, %v; want an empty queue", dlq, len(got), err)
 			}
-			failed := make(chan string, 10)
-			h := mw(handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
-				failed <- m.ID
-				return handler.Permanent(errors.New("order 7 has no items"))
-			}))
-			stop := routertest.Run(t, tr, "billing", name, h)
 			headers := map[string]string{"tenant": "acme", "trace": "t-1"}
 			poison := &handler.Message{ID: "evt-7", Key: "order-7", Topic: name, Payload: []byte(`{"order":7}`), Headers: maps.Clone(headers)}
 			if err := tr.Publish(ctx, poison); err != nil {
@@ -89,7 +66,7 @@ func TestRouterDeadLetter(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("the handler never got the message")
 			}
-			got := listDLQ(t, tr, dlq, 1)
+			got := fauxqs.WaitDLQ(t, tr, dlq, 1)
 			if len(got) != 1 {
 				t.Fatalf("ListDLQ(%s) = %d messages, want the dead letter", dlq, len(got))
 			}
@@ -103,7 +80,7 @@ func TestRouterDeadLetter(t *testing.T) {
 				}
 			}
 			rec, ok := transport.ReadDeadLetter(dl)
-			if !ok || !strings.Contains(rec.Error, "order 7 has no items") || rec.Class != "permanent" ||
+			if !ok || !strings.Contains(rec.Error, fauxqs.PoisonReason) || rec.Class != "permanent" ||
 				rec.Subscription != "billing" || rec.OriginalTopic != name || rec.Attempts != 1 {
 				t.Errorf("dead-letter record %+v (ok %t)", rec, ok)
 			}
@@ -133,7 +110,7 @@ func TestRouterDeadLetter(t *testing.T) {
 				t.Errorf("received %q a third time; the redrive policy should have moved it", d.Message().ID)
 			}
 			cancel()
-			got = listDLQ(t, tr, dlq, 2)
+			got = fauxqs.WaitDLQ(t, tr, dlq, 2)
 			if n := byID(got, native.ID); len(got) != 2 || n == nil || n.Key != native.Key || n.Headers["tenant"] != "acme" {
 				t.Fatalf("DLQ after the redrive holds %d messages (%v); want the dead letter and %s, intact", len(got), got, native.ID)
 			}
@@ -152,7 +129,7 @@ func TestRouterDeadLetter(t *testing.T) {
 			if d, err := st.Receive(rctx); err == nil {
 				t.Errorf("received %q after the replay; want the replayed message once", d.Message().ID)
 			}
-			if rest := listDLQ(t, tr, dlq, 1); len(rest) != 1 || rest[0].ID != native.ID {
+			if rest := fauxqs.WaitDLQ(t, tr, dlq, 1); len(rest) != 1 || rest[0].ID != native.ID {
 				t.Errorf("DLQ after the replay holds %d messages; want %s only", len(rest), native.ID)
 			}
 		})

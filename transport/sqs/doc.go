@@ -1,136 +1,140 @@
 // Package sqs is Ferry's transport for Amazon SQS, standard and FIFO queues,
 // on aws-sdk-go-v2.
 //
-// Programs select it with a blank import and a URL:
+// Programs select it with a blank import and a URL, or build one with
+// [New]; both read the URL the same way:
 //
 //	import _ "github.com/ferrymq/ferry/transport/sqs"
-//	t, err := transport.Open(ctx, "sqs://orders?region=eu-west-1")
+//	t, err := transport.Open(ctx, "sqs://?region=eu-west-1")
+//	t, err := sqs.New(ctx, "sqs://?region=eu-west-1", sqs.Visibility(time.Minute))
 //
-// or build one with [New] and [Option]s. A queue is named per message
-// (Message.Topic) and per subscription (Subscription.Topic); a name ending in
-// ".fifo" is a FIFO queue.
+// A queue is named per message (Message.Topic) and per subscription
+// (Subscription.Topic); a name ending in ".fifo" is a FIFO queue. The
+// default URL keeps Message.ID, Key and headers byte for byte (as message
+// attributes), and per-key order on FIFO queues; a standard queue keeps no
+// order and says so ([OrderingHint]).
 //
 // Credentials come from the standard AWS chain (environment, shared config
 // and credentials files, SSO, container and instance roles), never from the
 // URL, and are never logged. The HTTP client is wrapped with
 // [BufferedBodyClient] against an SDK body race that otherwise stalls
-// receives against fast endpoints.
+// receives against fast endpoints, and every call has a deadline
+// ([CallTimeout]).
 //
 // # URLs
 //
-// sqs://queue-name?key=value&…; the host names a default queue for
-// documentation only. Keys, each one [Option]:
+// sqs://[label]?key=value&…. The host is a label only (sqs://orders reads
+// better in a config file than sqs://); a path or user-info is refused.
+// Each key, given at most once, is one [Option]:
 //
-//   - region: AWS region ([Region]); required here or from the AWS config.
-//   - endpoint: custom endpoint for emulators (fauxqs, ElasticMQ, LocalStack)
-//     ([Endpoint]). Default: the SDK's (AWS_ENDPOINT_URL_SQS is honoured).
+//   - region: AWS region ([Region]); required here, from [WithConfig] or
+//     from the AWS configuration.
+//   - endpoint: custom endpoint for emulators (fauxqs, ElasticMQ,
+//     LocalStack), an http or https URL ([Endpoint]). Default: the SDK's
+//     (AWS_ENDPOINT_URL_SQS is honoured).
 //   - profile: shared-config profile ([Profile]).
-//   - create: create missing queues, default true ([AutoCreate]).
+//   - create: create missing queues and DLQs, default true ([AutoCreate]).
 //   - id_attribute: attribute carrying Message.ID, default "ferry-id"
 //     ([IDAttribute]).
-//   - number_headers: headers sent as Number attributes ([NumberHeaders]).
+//   - number_headers: headers sent as Number attributes, comma-separated
+//     ([NumberHeaders]).
 //   - content_dedupe: leave MessageDeduplicationId to the queue's
 //     content-based dedupe, default false ([ContentDedupe]).
 //   - publish_concurrency: concurrent SendMessageBatch calls per standard
 //     queue, default 8 ([PublishConcurrency]).
+//   - call_timeout: the deadline of every call to SQS, default 30s
+//     ([CallTimeout]).
 //   - visibility: lease per received message, default the queue's
 //     VisibilityTimeout ([Visibility]).
-//   - max_extension: lease extension limit, default 30m, 0 = off
+//   - max_extension: lease extension limit, default 30m, 0s = off
 //     ([MaxExtension]).
 //   - wait: long-poll wait, default 20s ([WaitTime]).
 //   - pollers: concurrent ReceiveMessage calls per stream, default 4
 //     ([Pollers]).
 //   - max_in_flight: received, unsettled messages per stream, default 100
 //     ([MaxInFlight]).
-//   - dlq, max_receive_count: create a DLQ and attach a redrive policy,
-//     default none and 5 ([DeadLetterQueue]).
+//   - dlq, max_receive_count: the DLQ's name and the redrive policy's
+//     maxReceiveCount ([DeadLetterQueue]); either one attaches a redrive
+//     policy, with the default name or a count of 5 for the other.
 //
-// The subscriber keys (visibility through max_receive_count) are also
-// accepted in Subscription.Options, per subscription. An unknown key is an
-// error wrapping [transport.ErrInvalidOption] that names it.
+// Durations are Go durations ("30s", "500ms"). The subscriber keys
+// (visibility through max_receive_count) are also accepted in
+// Subscription.Options, per subscription, under the same rule. A repeated,
+// unknown or malformed key is an error wrapping
+// [transport.ErrInvalidOption] that names it.
 //
 // # Delivery semantics
 //
-// What [Semantics] declares, in words:
+// What [Transport.Declare] and every stream declare, in words:
 //
-//   - Ordering: none on standard queues (SQS reorders, best effort only). On
-//     FIFO queues, per key: Message.Key is the MessageGroupId, SQS hands out
-//     a group's messages in order and never a later one while an earlier one
-//     is in flight, and the stream passes them to the Router in the order
-//     received, so a Router with per-key ordering handles each group in order
-//     and the groups in parallel. A Nack on FIFO lets later messages of the
-//     group already received run before the redelivery; keep retries in the
-//     process (retry middleware) or park the key where order is strict.
-//   - Ack: per message. Ack queues DeleteMessage; deletes are coalesced into
-//     DeleteMessageBatch calls of up to ten (sent at once when none is in
-//     flight, otherwise batched behind the calls in flight, up to eight at a
-//     time). Ack returns before SQS answers; Stream.Close flushes. A crash
-//     before the flush, or a refused delete, redelivers when the lease ends:
-//     never a loss.
-//   - Redelivery: on Nack, on lease expiry, and on Stream.Close, which makes
-//     every unsettled message visible at once.
-//   - NackDelay: true. Nack(d) is ChangeMessageVisibility to d, rounded up to
-//     whole seconds, at most 12 h; Nack(0) makes it visible at once. It does
-//     not wait out the visibility timeout (watermill-aws's subscriber does).
+//   - Ordering: none on standard queues (SQS reorders, best effort only),
+//     with OrderingHint naming the FIFO queue, so that a Router refuses
+//     per-key ordering on them. On FIFO queues, per key: Message.Key is the
+//     MessageGroupId, SQS hands out a group's messages in order and never a
+//     later one while an earlier one is in flight, and the stream passes
+//     them to the Router in the order received, so a Router with per-key
+//     ordering handles each group in order and the groups in parallel. A
+//     Nack on FIFO lets later messages of the group already received run
+//     before the redelivery; keep retries in the process (retry middleware)
+//     or park the key where order is strict.
+//   - Ack: per message. Ack queues DeleteMessage; deletes are coalesced
+//     into DeleteMessageBatch calls of up to ten (sent at once when none is
+//     in flight, otherwise gathered behind the call in flight, up to eight
+//     calls at a time), through internal/batch. Ack returns before SQS
+//     answers; Stream.Close flushes. A crash before the flush, or a refused
+//     delete, redelivers when the lease ends: never a loss.
+//   - Redelivery: on Nack, on lease expiry, and on Stream.Close, which
+//     makes every unsettled message visible at once.
+//   - NackDelay: true. Nack(d) is ChangeMessageVisibility to d, rounded up
+//     to whole seconds, at most 12 h; Nack(0) makes it visible at once.
 //   - Attempts: true. Facts.Attempt is ApproximateReceiveCount, which
 //     survives a consumer crash.
 //   - Extend: true. Deliveries implement [transport.Extender] (a
-//     ChangeMessageVisibility), and a heartbeat extends leases on its own:
-//     see [MaxExtension]. Without it, a handler slower than the visibility
-//     timeout runs twice, once in each of two consumers.
-//   - NativeDLQ: true when the queue has a redrive policy (one created with
-//     [DeadLetterQueue] or found on the queue): after maxReceiveCount
-//     receives, SQS moves the message, body and attributes, to the DLQ.
-//     [Transport.ListDLQ] and [Transport.ReplayDLQ] list and redrive it.
+//     ChangeMessageVisibility; on a lease another consumer has taken since,
+//     an error wrapping [transport.ErrRevoked]), and a heartbeat extends
+//     leases on its own: see [MaxExtension].
+//   - NativeDLQ: true when the subscription attaches a redrive policy
+//     ([DeadLetterQueue]): after maxReceiveCount receives, SQS moves the
+//     message, body and attributes, to the DLQ.
 //   - FanOut: false. The queue is the one group: Subscription.Group is
 //     ignored, and every consumer of the queue competes for its messages.
-//     For each group to receive every message, give each group its own
-//     queue subscribed to an SNS topic (package sns, whose FanOut is true).
-//   - Replay: false. SQS deletes what is acked and keeps no history; keep an
-//     archive (an analytics queue subscribed through SNS, a table written by
-//     the outbox) where replay matters, or use Kafka.
+//     For each group to receive every message, use package sns.
+//   - Replay: false. SQS deletes what is acked and keeps no history.
 //   - Headers: true, as message attributes (see # Wire format).
-//   - MaxPayload: the queue's MaximumMessageSize (1 MiB by default) less 8
-//     KiB kept for attributes. Publish refuses a larger payload, and any
-//     message whose body and attributes exceed the queue's limit (a binary
-//     payload travels in base64, 4/3 its size), with an error wrapping
-//     [transport.ErrTooLarge], before sending.
+//   - MaxPayload: SQS's 1 MiB less 8 KiB kept for attributes. Publish
+//     refuses a larger payload, and any message whose body and attributes
+//     exceed the queue's MaximumMessageSize (a binary payload travels in
+//     base64, 4/3 its size), with an error wrapping [transport.ErrTooLarge],
+//     before sending.
 //   - RedeliveryDelay: 0. A Nack(0) or a closed stream makes the message
 //     visible at once; a crashed consumer's messages return when their
 //     lease ends (the visibility timeout).
-//
-// Close: closing a stream, or the [Transport] (which closes its streams),
-// makes a Receive waiting on it, and every later one, return an error
-// wrapping [transport.ErrClosed]. Ack or Nack on a delivery after its
-// stream closed returns an error wrapping transport.ErrClosed and does
-// nothing: Close made the message visible, and the next consumer gets it.
-// Closing twice is safe and returns nil; Publish after Close returns
-// transport.ErrClosed.
 //
 // Delivery is at least once, FIFO included: the five-minute dedupe window
 // drops a resend of the same ID by the producer, but a consumer that
 // crashes after its effect and before its delete gets the message again.
 //
-// A stream keeps Pollers ReceiveMessage calls (long polling, up to ten
-// messages each, never more than fit in MaxInFlight) in flight. The
-// subscriber calls the SDK directly instead of watermill-aws, whose
-// subscriber receives one message at a time, never extends visibility, never
-// reads the receive count and waits out the visibility timeout on a Nack.
-// Subscription.Group and Consumer are ignored: a queue is one group whose
-// consumers compete; give each group its own queue, subscribed to an SNS
-// topic (package sns). StartAtOldest is ignored.
+// # Dead letters
 //
-// Publish returns when SQS has answered. Concurrent Publish calls to a queue
-// are coalesced into SendMessageBatch calls (ten messages, 1 MiB), sent at
-// once when no call is in flight; [Transport.PublishBatch] sends its
-// messages the same way and reports each message's outcome: an entry SQS
-// refused gets an [*EntryError], a call that failed without an answer
-// [transport.ErrUnknownOutcome]. On FIFO queues one call is in flight at a
-// time, so a group keeps its publish order.
+// The DLQ of a queue ([Transport.DLQName], which [transport.DLQName]
+// asks) is the dlq option's queue, or "<queue>-dlq" ("<queue>-dlq.fifo" for
+// a FIFO queue, whose DLQ SQS requires to be FIFO). Subscribe creates it;
+// the dead-letter middleware publishes there; a redrive policy, when the
+// subscription attaches one, moves messages there; a queue whose existing
+// redrive policy points elsewhere is refused until dlq= names that queue.
+// So [Transport.ListDLQ] and [Transport.ReplayDLQ] find both kinds of dead
+// letter in one queue. A message the stream cannot decode (a corrupt
+// base64 body or packed headers) is moved there too, with the dead-letter
+// record, and deleted.
 //
-// [Transport.Lag] reports ApproximateNumberOfMessages plus the in-flight and
-// delayed counts. The age of the oldest message is not available from the
-// SQS API (only from CloudWatch), so Lag.OldestAge is 0.
+// # Errors and deadlines
+//
+// Every call has the deadline [CallTimeout] (ReceiveMessage: plus its
+// long-poll wait); a call that gets no answer fails with an error naming
+// the operation and the host. A Publish that may have been written wraps
+// [transport.ErrUnknownOutcome]. A failed ReceiveMessage is returned by
+// Receive, and the next Receive tries again: the stream never loops on a
+// broker error by itself, its caller owns the backoff.
 //
 // # Wire format
 //
@@ -153,7 +157,7 @@
 //
 //   - Replay (Semantics.Replay is false): StartAtOldest is ignored.
 //   - Consumer groups on one queue: see package sns for fan-out.
-//   - The age of the oldest message in Lag.
+//   - The age of the oldest message in Lag (it is a CloudWatch metric).
 //   - Per-message DelaySeconds on publish (use Nack with a delay, or the
 //     queue's DelaySeconds).
 package sqs

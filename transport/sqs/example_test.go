@@ -4,17 +4,20 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
-	_ "github.com/ferrymq/ferry/transport/sqs"
+	"github.com/ferrymq/ferry/transport/sqs"
 )
 
-// Open the transport by URL with a blank import; the endpoint points at an
-// emulator, and credentials come from the standard AWS chain.
+// Open the transport by URL with a blank import (here the package is
+// imported by name for the other example). The endpoint points at an
+// emulator; credentials come from the standard AWS chain. Publishing to a
+// queue whose name ends in ".fifo" makes the Key its MessageGroupId.
 func Example_openFromURL() {
 	ctx := context.Background()
-	t, err := transport.Open(ctx, "sqs://orders?region=us-east-1&endpoint=http://127.0.0.1:4566&dlq=orders-dlq&max_receive_count=5")
+	t, err := transport.Open(ctx, "sqs://orders?region=us-east-1&endpoint=http://127.0.0.1:4566&max_receive_count=5")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -24,4 +27,20 @@ func Example_openFromURL() {
 		Payload: []byte(`{"order_id":"order-42","total":750}`),
 	})
 	fmt.Println("published:", err == nil)
+}
+
+// Build the transport with New: the URL's settings first, then the typed
+// options, which override them.
+func ExampleNew() {
+	ctx := context.Background()
+	t, err := sqs.New(ctx, "sqs://orders?region=eu-west-1&visibility=30s",
+		sqs.Visibility(time.Minute), sqs.CallTimeout(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close(ctx)
+	sub := transport.Subscription{Topic: "orders.fifo"}
+	sem, _ := t.Declare(sub)
+	fmt.Println(sem.Ordering, t.DLQName(sub))
+	// Output: per-key orders-dlq.fifo
 }

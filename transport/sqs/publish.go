@@ -65,6 +65,14 @@ func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
+	return t.publish(ctx, m, "")
+}
+
+// publish sends m and waits for its outcome. A replay gives the DLQ
+// message's ID: on a FIFO queue the deduplication ID is then derived from
+// both, so that SQS's five-minute window does not drop the replay of a
+// message first sent moments ago.
+func (t *Transport) publish(ctx context.Context, m *handler.Message, replayOf string) error {
 	q, err := t.resolve(ctx, m.Topic)
 	if err != nil {
 		return err
@@ -72,6 +80,9 @@ func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
 	it, err := t.prepare(q, m)
 	if err != nil {
 		return err
+	}
+	if replayOf != "" && q.info.FIFO && it.entry.MessageDeduplicationId != nil {
+		it.entry.MessageDeduplicationId = aws.String(wire.FIFOID(m.ID + ":replay:" + replayOf))
 	}
 	return sendErr(ctx, q, q.send.Add(ctx, it))
 }

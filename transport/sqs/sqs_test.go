@@ -343,7 +343,7 @@ func TestUndecodableToDLQ(t *testing.T) {
 	}
 	_ = d.Ack(ctx)
 	dlq := transport.DLQName(tr, transport.Subscription{Topic: name})
-	got := listDLQ(t, tr, dlq, 1)
+	got := fauxqs.WaitDLQ(t, tr, dlq, 1)
 	if len(got) != 1 {
 		t.Fatalf("DLQ %s holds %d messages, want the undecodable one", dlq, len(got))
 	}
