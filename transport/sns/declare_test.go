@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/internal/fauxqs"
 	"github.com/ferrymq/ferry/transport"
@@ -122,4 +123,23 @@ func TestCallTimeout(t *testing.T) {
 	start = time.Now()
 	err = openAt(muted).Publish(context.Background(), msg)
 	check("Publish unanswered", time.Since(start), err, "Publish", strings.TrimPrefix(muted, "http://"), true)
+}
+
+// TestRouterRefusesOrder: a Router refuses, at Add, per-key order on a
+// standard topic, quoting the FIFO topic that would keep it.
+func TestRouterRefusesOrder(t *testing.T) {
+	t.Parallel()
+	tr := open(t)
+	r, err := ferry.NewRouter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nop := handler.HandlerFunc(func(context.Context, *handler.Message) error { return nil })
+	err = r.Add("std", tr, transport.Subscription{Topic: "orders"}, nop, ferry.PerKey())
+	if !errors.Is(err, transport.ErrInvalidOption) || !strings.Contains(err.Error(), "FIFO topic") {
+		t.Errorf("PerKey on a standard topic: Add = %v; want ErrInvalidOption naming the FIFO topic", err)
+	}
+	if err := r.Add("fifo", tr, transport.Subscription{Topic: "orders.fifo"}, nop, ferry.PerKey()); err != nil {
+		t.Errorf("PerKey on a FIFO topic: Add = %v", err)
+	}
 }

@@ -2,7 +2,9 @@ package sqs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/internal/routertest"
+	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/sqs"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
@@ -110,4 +113,24 @@ func TestFIFOOrderAndDedupe(t *testing.T) {
 		}
 	}
 	t.Logf("at most %d handlers ran at once", maxRunning)
+}
+
+// TestRouterRefusesOrder: a Router refuses, at Add, per-key order on a
+// standard queue, quoting the FIFO queue that would keep it (the stream's
+// OrderingHint); on a FIFO queue it accepts it.
+func TestRouterRefusesOrder(t *testing.T) {
+	t.Parallel()
+	tr := open(t)
+	r, err := ferry.NewRouter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nop := handler.HandlerFunc(func(context.Context, *handler.Message) error { return nil })
+	err = r.Add("std", tr, transport.Subscription{Topic: "orders"}, nop, ferry.PerKey())
+	if !errors.Is(err, transport.ErrInvalidOption) || !strings.Contains(err.Error(), ".fifo") {
+		t.Errorf("PerKey on a standard queue: Add = %v; want ErrInvalidOption naming the .fifo queue", err)
+	}
+	if err := r.Add("fifo", tr, transport.Subscription{Topic: "orders.fifo"}, nop, ferry.PerKey()); err != nil {
+		t.Errorf("PerKey on a FIFO queue: Add = %v", err)
+	}
 }
