@@ -2,12 +2,7 @@ package sqs
 
 import (
 	"context"
-	"strconv"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
 // heartbeat extends the leases of unsettled deliveries: every quarter lease
@@ -42,38 +37,26 @@ func (s *stream) heartbeat() {
 		clear(s.leased[len(live):])
 		s.leased = live
 		s.leaseMu.Unlock()
-		for len(due) > 0 {
-			n := min(len(due), 10)
-			s.extend(due[:n], s.lease)
-			due = due[n:]
+		if len(due) > 0 {
+			s.extend(due, s.lease)
 		}
 	}
 }
 
 // extend sets the visibility of ds (all in stateExtending) to d from now,
-// then returns them to unsettled, or sends the nack that arrived meanwhile.
+// through the visibility batcher (with the nacks, in calls of ten), then
+// returns them to unsettled, or sends the nack that arrived meanwhile. A
+// failed extension is logged by the batcher's call; the lease then ends
+// when it would have.
 func (s *stream) extend(ds []*delivery, d time.Duration) {
-	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(ds))
-	secs := int32(d / time.Second)
+	changes := make([]visChange, len(ds))
 	for i, dl := range ds {
-		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
-			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(dl.handle), VisibilityTimeout: secs,
-		}
+		changes[i] = visChange{dl.handle, int32(d / time.Second)}
 	}
 	start := time.Now()
-	// The call deadline (CallTimeout) bounds it.
-	out, err := s.t.client.ChangeMessageVisibilityBatch(context.Background(), &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: &s.q.URL, Entries: entries})
-	failed := map[int]bool{}
-	if err != nil {
-		s.t.log.Warn("sqs: lease extension failed", "queue", s.q.Name, "messages", len(ds), "error", err)
-	} else {
-		for _, f := range out.Failed {
-			i, _ := strconv.Atoi(aws.ToString(f.Id))
-			failed[i] = true
-		}
-	}
+	errs := s.vis.AddAll(context.Background(), changes)
 	for i, dl := range ds {
-		if err == nil && !failed[i] {
+		if errs == nil || errs[i] == nil {
 			dl.leaseEnd = start.Add(d)
 		}
 		if !dl.state.CompareAndSwap(stateExtending, stateUnsettled) &&

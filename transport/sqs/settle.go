@@ -182,8 +182,9 @@ func (s *stream) delete(ctx context.Context, handles []string) []error {
 	return nil
 }
 
-// changeVisibility is one ChangeMessageVisibilityBatch. A failure is
-// logged: the messages return when their current leases end.
+// changeVisibility is one ChangeMessageVisibilityBatch, and each change's
+// outcome (the heartbeat reads them; nacks and releases do not). A failure
+// is logged: the messages return when their current leases end.
 func (s *stream) changeVisibility(ctx context.Context, changes []visChange) []error {
 	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(changes))
 	for i, c := range changes {
@@ -192,11 +193,23 @@ func (s *stream) changeVisibility(ctx context.Context, changes []visChange) []er
 		}
 	}
 	out, err := s.t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: &s.q.URL, Entries: entries})
+	errs := make([]error, len(changes))
 	if err != nil {
 		s.t.log.Warn("sqs: visibility change failed; messages return when their leases end", "queue", s.q.Name, "messages", len(changes), "error", err)
-	} else if len(out.Failed) > 0 {
+		err = fmt.Errorf("sqs: change visibility on %s: %w", s.q.Name, err)
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	if len(out.Failed) > 0 {
 		s.t.log.Debug("sqs: visibility change refused", "queue", s.q.Name, "messages", len(out.Failed),
 			"code", aws.ToString(out.Failed[0].Code))
 	}
-	return nil
+	for _, f := range out.Failed {
+		if i, e := strconv.Atoi(aws.ToString(f.Id)); e == nil && i < len(errs) {
+			errs[i] = fmt.Errorf("sqs: change visibility on %s refused: %s: %s", s.q.Name, aws.ToString(f.Code), aws.ToString(f.Message))
+		}
+	}
+	return errs
 }
