@@ -28,9 +28,10 @@ const benchTopics = 100
 // BenchmarkEndToEnd compares Ferry with raw paho in the same run: 1 KiB
 // messages published at QoS 1 with benchWindow in flight (each publish
 // waiting for its PUBACK) over 100 topics, and consumed with manual acks
-// (Ferry: a Router with per-key order and a no-op handler; paho: a
-// handler that acks). A run is timed from its first publish until its last
-// message is handled.
+// (Ferry: its default URL, so the envelope with ID and sequence number, and
+// a Router with per-key order and a no-op handler; paho: the bare payload
+// and a handler that acks). A run is timed from its first publish until its
+// last message is handled.
 //
 // It runs benchRounds rounds of b.N/benchRounds messages, each round one
 // run of each side on fresh clients and topics, alternating which goes
@@ -67,7 +68,7 @@ func BenchmarkPublish(b *testing.B) {
 			topics := benchTopicNames("ferry-bench/" + transporttest.UniqueName(b, "f") + "/")
 			start := time.Now()
 			parallel(n, func(i int) error {
-				return pub.Publish(context.Background(), &handler.Message{Topic: topics[i%benchTopics], Payload: payload})
+				return pub.Publish(context.Background(), &handler.Message{ID: "m" + strconv.Itoa(i), Topic: topics[i%benchTopics], Payload: payload})
 			}, b)
 			return time.Since(start)
 		},
@@ -87,7 +88,8 @@ func BenchmarkPublish(b *testing.B) {
 
 // BenchmarkDrain is BenchmarkEndToEnd's consuming side alone: a backlog of
 // messages queued in a persistent session while its consumer was away
-// (published beforehand with raw paho, untimed), drained by a Router over
+// (published beforehand, untimed: envelopes by a Transport for Ferry's
+// side, bare payloads by raw paho for paho's), drained by a Router over
 // this transport and by a raw paho subscriber that acks in its callback,
 // timed from the first message handled to the last.
 //
@@ -98,7 +100,7 @@ func BenchmarkDrain(b *testing.B) {
 	payload := benchPayload()
 	compareSides(b,
 		func(n int) time.Duration {
-			id, filter := fillBacklog(b, r, payload, n)
+			id, filter := fillBacklog(b, r, payload, n, true)
 			sub := r.open(b)
 			defer closeQuietly(sub)
 			var clock drainClock
@@ -123,7 +125,7 @@ func BenchmarkDrain(b *testing.B) {
 			return clock.wait(b, n)
 		},
 		func(n int) time.Duration {
-			id, _ := fillBacklog(b, r, payload, n)
+			id, _ := fillBacklog(b, r, payload, n, false)
 			var clock drainClock
 			so := paho.NewClientOptions().AddBroker("tcp://" + r.addr).SetClientID(id).
 				SetCleanSession(false).SetAutoAckDisabled(true).SetOrderMatters(true)
@@ -186,10 +188,10 @@ func connectPaho(b *testing.B, addr, id string) paho.Client {
 }
 
 // fillBacklog creates a persistent session subscribed to a fresh filter,
-// leaves it, and publishes n messages to it with raw paho (64 in flight),
-// so that the broker queues them for the session. It returns the session's
-// client ID and the filter.
-func fillBacklog(b *testing.B, r *sessionReaper, payload []byte, n int) (id, filter string) {
+// leaves it, and publishes n messages to it (64 in flight) with a
+// Transport (ferry) or raw paho, so that the broker queues them for the
+// session. It returns the session's client ID and the filter.
+func fillBacklog(b *testing.B, r *sessionReaper, payload []byte, n int, ferry bool) (id, filter string) {
 	base := "ferry-bench/" + transporttest.UniqueName(b, "d") + "/"
 	id, filter = transporttest.UniqueName(b, "c"), base+"+"
 	r.add(id)
@@ -201,9 +203,17 @@ func fillBacklog(b *testing.B, r *sessionReaper, payload []byte, n int) (id, fil
 		b.Fatal(tok.Error())
 	}
 	sc.Disconnect(100)
+	topics := benchTopicNames(base)
+	if ferry {
+		pub := r.open(b)
+		defer closeQuietly(pub)
+		parallel(n, func(i int) error {
+			return pub.Publish(context.Background(), &handler.Message{ID: "m" + strconv.Itoa(i), Topic: topics[i%benchTopics], Payload: payload})
+		}, b)
+		return id, filter
+	}
 	pc := connectPaho(b, r.addr, id+"-pub")
 	defer pc.Disconnect(100)
-	topics := benchTopicNames(base)
 	parallel(n, func(i int) error {
 		tok := pc.Publish(topics[i%benchTopics], 1, false, payload)
 		tok.Wait()
@@ -285,7 +295,7 @@ func benchFerry(b *testing.B, r *sessionReaper, payload []byte, n int) time.Dura
 	start := time.Now()
 	parallel(n, func(i int) error {
 		// No deadline, as paho's tok.Wait() on the other side has none.
-		return pub.Publish(context.Background(), &handler.Message{Topic: topics[i%benchTopics], Payload: payload})
+		return pub.Publish(context.Background(), &handler.Message{ID: "m" + strconv.Itoa(i), Topic: topics[i%benchTopics], Payload: payload})
 	}, b)
 	waitDone(b, n, done, &handled)
 	return time.Since(start)

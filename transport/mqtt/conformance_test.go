@@ -17,6 +17,20 @@ type harness struct {
 
 func (h *harness) Open(tb testing.TB) transport.Transport { return h.r.open(tb, h.opts...) }
 
+// sharedHarness makes every group a shared subscription (share=true), and
+// names each Transport as a process of its own would be (client_id), so
+// that members of one group get client IDs of their own.
+type sharedHarness struct{ harness }
+
+func (h *sharedHarness) Open(tb testing.TB) transport.Transport {
+	return h.r.open(tb, append([]mqtt.Option{mqtt.ClientID(transporttest.UniqueName(tb, "p"))}, h.opts...)...)
+}
+
+func (h *sharedHarness) MakeSubscription(tb testing.TB, sub transport.Subscription) transport.Subscription {
+	sub.Options = map[string]string{mqtt.OptionShare: "true"}
+	return sub
+}
+
 // restartHarness is a harness on a private broker that the suite may
 // restart.
 type restartHarness struct {
@@ -25,13 +39,6 @@ type restartHarness struct {
 }
 
 func (h *restartHarness) Restart(tb testing.TB) { h.b.restart() }
-
-// rawOptions read the suite's ID and Key from its JSON payloads, as a
-// device's would be read.
-var rawOptions = []mqtt.Option{
-	mqtt.IDFrom(mqtt.IDFunc(mqtt.JSONField("id"))),
-	mqtt.KeyFrom(mqtt.KeyFunc(mqtt.FirstOf(mqtt.JSONField("key"), mqtt.TopicKey))),
-}
 
 // conformanceBroker returns the reaper for the broker the suite runs on: a
 // private Mosquitto configured with max_queued_messages 0, so that the
@@ -46,27 +53,29 @@ func conformanceBroker(t *testing.T) *sessionReaper {
 	return newReaper(t, startPrivateBroker(t).addr())
 }
 
-// TestConformance runs the suite with raw payloads (the default): Headers
-// false, IDs read from the payload.
+// TestConformance runs the suite on the default URL: the envelope
+// (Headers true), groups as one session each (Ordering per-topic).
 func TestConformance(t *testing.T) {
-	transporttest.Run(t, &harness{r: conformanceBroker(t), opts: rawOptions})
+	transporttest.Run(t, &harness{r: conformanceBroker(t)})
 }
 
-// TestConformanceEnvelope runs the suite with the envelope: Headers true.
-func TestConformanceEnvelope(t *testing.T) {
-	transporttest.Run(t, &harness{r: conformanceBroker(t), opts: []mqtt.Option{mqtt.PayloadFormat(mqtt.Envelope)}})
+// TestConformanceShared runs the suite with shared subscriptions
+// (share=true): members split the messages, and Ordering is none.
+func TestConformanceShared(t *testing.T) {
+	transporttest.Run(t, &sharedHarness{harness{r: conformanceBroker(t)}})
 }
 
-// TestConformanceRestart runs the suite against a private Mosquitto that
-// its Restart case restarts (never the shared one).
+// TestConformanceRestart runs the suite, on the default URL, against a
+// private Mosquitto with persistence that its Restart case restarts (never
+// the shared one): what the broker confirmed survives the restart.
 func TestConformanceRestart(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: the suite already ran against the shared broker")
+		t.Skip("-short: the suite already ran on a private broker")
 	}
 	b := startPrivateBroker(t)
-	transporttest.Run(t, &restartHarness{harness: harness{r: newReaper(t, b.addr()), opts: rawOptions}, b: b})
+	transporttest.Run(t, &restartHarness{harness: harness{r: newReaper(t, b.addr())}, b: b})
 }
 
 func BenchmarkConformance(b *testing.B) {
-	transporttest.RunBenchmarks(b, &harness{r: newReaper(b, startPrivateBroker(b).addr()), opts: rawOptions})
+	transporttest.RunBenchmarks(b, &harness{r: newReaper(b, startPrivateBroker(b).addr())})
 }

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 )
@@ -23,9 +21,9 @@ const headerPass = "ferry-mqtt-dlq-pass"
 // before it takes the DLQ to be exhausted.
 const dlqQuiet = 500 * time.Millisecond
 
-// DLQTopic returns the default DLQ topic of the subscription called name:
-// "ferry/dlq/<name>". Pass it to the dead-letter middleware, or in a
-// Subscription's Options ("dlq"), so that both use one DLQ.
+// DLQTopic returns "ferry/dlq/<name>": the DLQ that [Transport.DLQName]
+// gives a subscription whose Group is name (the Router's default Group is
+// the subscription's name) with the default [DLQPrefix].
 func DLQTopic(name string) string { return DefaultDLQPrefix + name }
 
 // dlqState serialises the operations on one DLQ in this process.
@@ -78,8 +76,8 @@ func (t *Transport) ensureDLQ(ctx context.Context, topic string) error {
 type dlqSession struct {
 	t     *Transport
 	id    string
-	c     paho.Client
-	msgs  chan paho.Message
+	c     conn
+	msgs  chan inbound
 	done  chan struct{}
 	once  sync.Once
 	topic string
@@ -87,43 +85,37 @@ type dlqSession struct {
 
 // openDLQ connects to topic's DLQ session and subscribes. If msgs is not
 // nil, the dead letters the broker sends arrive on it, unacked.
-func (t *Transport) openDLQ(ctx context.Context, topic string, msgs chan paho.Message) (*dlqSession, error) {
+func (t *Transport) openDLQ(ctx context.Context, topic string, msgs chan inbound) (*dlqSession, error) {
 	if err := validTopic(topic); err != nil {
-		return nil, fmt.Errorf("mqtt: dlq: %w", err)
+		return nil, fmt.Errorf("mqtt: dlq: %w: %w", transport.ErrInvalidOption, err)
 	}
 	id := dlqClientID(topic)
-	if !claimClientID(id) {
-		return nil, fmt.Errorf("mqtt: dlq %s: its session %s is in use in this process", topic, id)
+	if !t.hold(id) {
+		return nil, fmt.Errorf("mqtt: dlq %s: its session %s is in use by this Transport", topic, id)
 	}
 	s := &dlqSession{t: t, id: id, msgs: msgs, done: make(chan struct{}), topic: topic}
-	o := t.clientOptions(id, false)
-	o.SetAutoAckDisabled(true)
-	o.SetAutoReconnect(false)
-	o.SetDefaultPublishHandler(func(_ paho.Client, pm paho.Message) {
-		if s.msgs == nil {
-			return // not acked: stays in the session
-		}
-		select {
-		case s.msgs <- pm:
-		case <-s.done:
-		}
+	s.c = t.dial(connSpec{
+		clientID:  id,
+		manualAck: true,
+		onMessage: func(pm inbound) {
+			if s.msgs == nil {
+				return // not acked: stays in the session
+			}
+			select {
+			case s.msgs <- pm:
+			case <-s.done:
+			}
+		},
 	})
-	s.c = paho.NewClient(o)
-	t.mu.Lock()
-	t.sessions[id] = struct{}{}
-	t.mu.Unlock()
-	if err := t.connect(ctx, s.c); err != nil {
-		releaseClientID(id)
+	if err := s.c.connect(ctx); err != nil {
+		t.release(id)
 		return nil, fmt.Errorf("mqtt: dlq %s: %w", topic, err)
 	}
-	tok := s.c.Subscribe(topic, qos, nil)
-	select {
-	case <-tok.Done():
-	case <-ctx.Done():
-		s.close(ctx)
-		return nil, fmt.Errorf("mqtt: dlq %s: subscribe: %w", topic, ctx.Err())
+	granted, err := s.c.subscribe(ctx, []string{topic})
+	if err == nil && !granted[0] {
+		err = fmt.Errorf("the broker refused the subscription (SUBACK 0x80)")
 	}
-	if err := tok.Error(); err != nil {
+	if err != nil {
 		s.close(ctx)
 		return nil, fmt.Errorf("mqtt: dlq %s: subscribe: %w", topic, err)
 	}
@@ -133,13 +125,13 @@ func (t *Transport) openDLQ(ctx context.Context, topic string, msgs chan paho.Me
 func (s *dlqSession) close(ctx context.Context) {
 	s.once.Do(func() {
 		close(s.done)
-		s.c.Disconnect(disconnectQuiesce(ctx))
-		releaseClientID(s.id)
+		s.c.disconnect(quiesce(ctx))
+		s.t.release(s.id)
 	})
 }
 
 // next waits for the next dead letter, at most dlqQuiet.
-func (s *dlqSession) next(ctx context.Context) (paho.Message, error) {
+func (s *dlqSession) next(ctx context.Context) (inbound, error) {
 	timer := time.NewTimer(dlqQuiet)
 	defer timer.Stop()
 	select {
@@ -154,9 +146,9 @@ func (s *dlqSession) next(ctx context.Context) (paho.Message, error) {
 
 // decodeDeadLetter turns a DLQ payload into a Message: an envelope as
 // written by dead-lettering, or (written by another client) raw bytes.
-func (t *Transport) decodeDeadLetter(dlq string, pm paho.Message) *handler.Message {
+func (t *Transport) decodeDeadLetter(dlq string, pm inbound) *handler.Message {
 	m := &handler.Message{Topic: dlq}
-	if err := decodeEnvelope(pm.Payload(), m); err != nil {
+	if _, _, err := decodeEnvelope(pm.Payload(), m); err != nil {
 		m.ID, m.Key, m.Payload, m.Headers = ContentHash(pm.Topic(), pm.Payload()), pm.Topic(), pm.Payload(), nil
 	}
 	m.SetFacts(handler.Facts{Attempt: 1, Transport: Scheme, Partition: -1, Offset: -1, ReceivedAt: time.Now()})
@@ -180,7 +172,7 @@ func (t *Transport) ListDLQ(ctx context.Context, dlq string, limit int) ([]*hand
 	st := t.dlqState(dlq)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	msgs := make(chan paho.Message, 64)
+	msgs := make(chan inbound, 64)
 	s, err := t.openDLQ(ctx, dlq, msgs)
 	if err != nil {
 		return nil, err
@@ -223,7 +215,7 @@ func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Repla
 	st := t.dlqState(dlq)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	msgs := make(chan paho.Message, 64)
+	msgs := make(chan inbound, 64)
 	s, err := t.openDLQ(ctx, dlq, msgs)
 	if err != nil {
 		return 0, err
@@ -263,7 +255,7 @@ func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Repla
 			back.Headers = make(map[string]string, 1)
 		}
 		back.Headers[headerPass] = pass
-		if err := t.send(ctx, t.pub, t.conn, dlq, encodeEnvelope(back), false); err != nil {
+		if err := t.sendEnvelope(ctx, back, false); err != nil {
 			return n, fmt.Errorf("mqtt: replay dlq %s: put back %s: %w", dlq, m.ID, err)
 		}
 		pm.Ack()

@@ -20,8 +20,8 @@ func TestMalformedEnvelopeGoesToDLQ(t *testing.T) {
 	r := shared(t)
 	topic := "ferry-test/" + transporttest.UniqueName(t, "env")
 	dlq := mqtt.DLQTopic(transporttest.UniqueName(t, "dlq"))
-	env := r.open(t, mqtt.PayloadFormat(mqtt.Envelope))
-	raw := r.open(t)
+	env := r.open(t)
+	raw := r.open(t, mqtt.PayloadFormat(mqtt.Raw))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st, err := env.Subscribe(ctx, transport.Subscription{Topic: topic, Consumer: transporttest.UniqueName(t, "c"),
@@ -100,7 +100,7 @@ func TestDLQKeepsWhileNobodyListens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	other := r.open(t, mqtt.PayloadFormat(mqtt.Envelope)) // another process, say
+	other := r.open(t) // another process, say
 	st, err := other.Subscribe(ctx, transport.Subscription{Topic: orig, Consumer: transporttest.UniqueName(t, "c")})
 	if err != nil {
 		t.Fatal(err)

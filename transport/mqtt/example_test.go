@@ -4,17 +4,49 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
-	_ "github.com/ferrymq/ferry/transport/mqtt"
+	"github.com/ferrymq/ferry/transport/mqtt"
 )
 
-// Open an MQTT transport by URL: raw device readings keyed by the device
-// level of the topic, and subscribe to every device of a site.
+// Open an MQTT transport by URL with the default envelope: the consumer
+// gets the Message back as it was published, ID, Key and headers included.
 func Example_openFromURL() {
 	ctx := context.Background()
-	t, err := transport.Open(ctx, "mqtt://127.0.0.1:1883?key=level:3&client_id=edge-1")
+	t, err := transport.Open(ctx, "mqtt://127.0.0.1:1883")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close(ctx)
+	st, err := t.Subscribe(ctx, transport.Subscription{Topic: "orders/placed", Group: "inventory"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close(ctx)
+	err = t.Publish(ctx, &handler.Message{ID: "evt-1", Key: "order-42", Topic: "orders/placed",
+		Payload: []byte(`{"order":42}`), Headers: map[string]string{"trace": "t1"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := st.Receive(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	m := d.Message()
+	fmt.Println(m.ID, m.Key, m.Headers["trace"], string(m.Payload))
+	_ = d.Ack(ctx)
+}
+
+// Build an MQTT transport for raw device readings with New: format=raw in
+// the URL, the device ID (topic level 3) as Key, and a typed option after
+// the URL's.
+func ExampleNew_rawDevices() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t, err := mqtt.New(ctx, "mqtt://127.0.0.1:1883?format=raw&key=level:3&client_id=edge-1",
+		mqtt.IDFrom(mqtt.IDFunc(mqtt.FirstOf(mqtt.JSONField("id"), mqtt.ContentHash))))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -27,10 +59,6 @@ func Example_openFromURL() {
 		log.Fatal(err)
 	}
 	defer st.Close(ctx)
-	err = t.Publish(ctx, &handler.Message{Topic: "sites/lyon/sensors/dev-7/temperature", Payload: []byte(`{"celsius":21.5}`)})
-	if err != nil {
-		log.Fatal(err)
-	}
 	d, err := st.Receive(ctx)
 	if err != nil {
 		log.Fatal(err)

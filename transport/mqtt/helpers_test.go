@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,7 +49,7 @@ func newReaper(t testing.TB, addr string) *sessionReaper {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		tr, err := mqtt.New(ctx, "tcp://"+r.addr)
+		tr, err := mqtt.New(ctx, "mqtt://"+r.addr)
 		if err != nil {
 			t.Logf("cannot remove %d test sessions: %v", len(ids), err)
 			return
@@ -76,7 +78,7 @@ func (r *sessionReaper) open(t testing.TB, opts ...mqtt.Option) *mqtt.Transport 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	tr, err := mqtt.New(ctx, "tcp://"+r.addr, opts...)
+	tr, err := mqtt.New(ctx, "mqtt://"+r.addr, opts...)
 	if err != nil {
 		t.Fatalf("mqtt.New: %v", err)
 	}
@@ -127,7 +129,9 @@ type privateBroker struct {
 }
 
 // startPrivateBroker starts a private Mosquitto and stops it when t ends.
-func startPrivateBroker(t testing.TB) *privateBroker {
+// Its configuration is persistence on, max_queued_messages 0 (no limit),
+// and then the lines of extra, which override those.
+func startPrivateBroker(t testing.TB, extra ...string) *privateBroker {
 	t.Helper()
 	bin := requireBinary(t, "mosquitto")
 	dir := t.TempDir()
@@ -142,6 +146,9 @@ func startPrivateBroker(t testing.TB) *privateBroker {
 		port, dir, filepath.Join(dir, "mosquitto.log"))
 	if os.Geteuid() == 0 {
 		cfg += "user root\n" // otherwise it drops to user mosquitto and cannot write dir
+	}
+	for _, line := range extra {
+		cfg += line + "\n"
 	}
 	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -212,4 +219,59 @@ func (b *privateBroker) restart() {
 	b.t.Helper()
 	b.stop()
 	b.start()
+}
+
+// logRecorder is a slog.Handler that keeps every record, for tests that
+// assert what was logged.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.records = append(l.records, r.Clone())
+	l.mu.Unlock()
+	return nil
+}
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+// count returns how many records at level or above have msg containing
+// text.
+func (l *logRecorder) count(level slog.Level, text string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.records {
+		if r.Level >= level && strings.Contains(r.Message, text) {
+			n++
+		}
+	}
+	return n
+}
+
+// attr returns the value of attribute key in the last record whose
+// message contains text.
+func (l *logRecorder) attr(text, key string) (slog.Value, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := len(l.records) - 1; i >= 0; i-- {
+		r := l.records[i]
+		if !strings.Contains(r.Message, text) {
+			continue
+		}
+		var v slog.Value
+		found := false
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == key {
+				v, found = a.Value, true
+				return false
+			}
+			return true
+		})
+		return v, found
+	}
+	return slog.Value{}, false
 }

@@ -23,7 +23,7 @@ import (
 func TestInteropMosquittoPub(t *testing.T) {
 	r := shared(t)
 	pubBin := requireBinary(t, "mosquitto_pub")
-	tr := r.open(t, mqtt.IDFrom(mqtt.IDFunc(mqtt.JSONField("id"))), mqtt.KeyFrom(mqtt.TopicLevel(3)))
+	tr := r.open(t, mqtt.PayloadFormat(mqtt.Raw), mqtt.IDFrom(mqtt.IDFunc(mqtt.JSONField("id"))), mqtt.KeyFrom(mqtt.TopicLevel(3)))
 	site := transporttest.UniqueName(t, "site")
 
 	var mu sync.Mutex
@@ -93,11 +93,11 @@ func TestInteropMosquittoSub(t *testing.T) {
 	if out, err := exec.Command(subBin, append(args, "-E")...).CombinedOutput(); err != nil {
 		t.Fatalf("mosquitto_sub -E: %v: %s", err, out)
 	}
-	raw := r.open(t)
-	env := r.open(t, mqtt.PayloadFormat(mqtt.Envelope))
+	raw := r.open(t, mqtt.PayloadFormat(mqtt.Raw))
+	env := r.open(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := raw.Publish(ctx, &handler.Message{ID: "r1", Topic: topic, Payload: []byte(`{"celsius":21.5}`)}); err != nil {
+	if err := raw.Publish(ctx, &handler.Message{Topic: topic, Payload: []byte(`{"celsius":21.5}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := env.Publish(ctx, &handler.Message{ID: "e1", Key: "dev-a", Topic: topic, Payload: []byte("hi"), Headers: map[string]string{"trace": "t1"}}); err != nil {
@@ -117,11 +117,13 @@ func TestInteropMosquittoSub(t *testing.T) {
 		Key     string            `json:"key"`
 		Headers map[string]string `json:"headers"`
 		Payload []byte            `json:"payload"`
+		Pub     string            `json:"pub"`
+		Seq     uint64            `json:"seq"`
 	}
 	if err := json.Unmarshal([]byte(lines[1]), &e); err != nil {
 		t.Fatalf("envelope %q is not JSON: %v", lines[1], err)
 	}
-	if e.Ferry != 1 || e.ID != "e1" || e.Key != "dev-a" || e.Headers["trace"] != "t1" || string(e.Payload) != "hi" {
+	if e.Ferry != 1 || e.ID != "e1" || e.Key != "dev-a" || e.Headers["trace"] != "t1" || string(e.Payload) != "hi" || e.Pub == "" || e.Seq != 1 {
 		t.Errorf("envelope = %+v", e)
 	}
 }

@@ -3,20 +3,14 @@ package mqtt
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
-	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -35,6 +29,23 @@ const SchemeTLS = "mqtts"
 // be reached.
 var ErrNotConnected = errors.New("mqtt: not connected to the broker")
 
+// ErrInvalidMessage is wrapped by the error of Publish for a Message that
+// its consumer would not get back byte for byte, so nothing was sent: in
+// the [Envelope], an empty ID or text (ID, Key, a header) that is not
+// valid UTF-8; in [Raw], headers, or an ID or Key that differ from what
+// [IDFrom] and [KeyFrom] compute; in both, a topic that is not a valid
+// MQTT topic name. Retrying the same Message fails the same way.
+var ErrInvalidMessage = errors.New("mqtt: invalid message")
+
+// ErrTakenOver is wrapped by Receive, Ack and Nack on a stream whose
+// persistent session was taken over: another connection (another process,
+// another Transport) opened a stream with the same client ID, and the
+// broker handed it the session. The stream stops for good rather than
+// reconnect, which would take the session back and start the two taking
+// turns; its unacked messages go to the new owner. It wraps
+// [transport.ErrRevoked].
+var ErrTakenOver = fmt.Errorf("mqtt: session taken over by another connection with the same client ID: %w", transport.ErrRevoked)
+
 // qos is the quality of service of every publish and subscription: at
 // least once, with a PUBACK.
 const qos = 1
@@ -44,54 +55,67 @@ const qos = 1
 // persistent session of its own. Make one with [New], or with
 // [transport.Open] and an mqtt:// or mqtts:// URL.
 //
-// A Transport is a [transport.Transport] and a [transport.DeadLetters];
-// all its methods may be called concurrently.
+// A Transport is a [transport.Transport], a [transport.Declarer], a
+// [transport.DLQNamer] and a [transport.DeadLetters]; all its methods may
+// be called concurrently.
 type Transport struct {
 	cfg    config
-	broker string // paho server URI: tcp://host:port or ssl://host:port
+	broker string // the client library's server URI: tcp://host:port or ssl://host:port
+	pubID  string // this Transport's publisher ID in envelopes
 
-	pub     paho.Client
+	pub     conn
 	conn    *connState
+	seqs    sync.Map // topic -> *topicSeq: envelope sequence numbers
+	missing atomic.Int64
+
 	closed  atomic.Bool
 	closeMu sync.Mutex
 
 	mu       sync.Mutex
 	streams  map[*stream]struct{}
+	held     map[string]struct{} // client IDs of this Transport's open streams and DLQ operations
 	sessions map[string]struct{} // client IDs used, for RemoveSessionsOnClose
 	dlqs     map[string]*dlqState
 }
 
 var (
 	_ transport.Transport   = (*Transport)(nil)
+	_ transport.Declarer    = (*Transport)(nil)
+	_ transport.DLQNamer    = (*Transport)(nil)
 	_ transport.DeadLetters = (*Transport)(nil)
 )
 
-// New connects to the MQTT broker at broker, a server URI: "tcp://host:1883"
-// (also "mqtt://"), "ssl://host:8883" (also "mqtts://", "tls://"), "ws://"
-// or "wss://". It returns once the publishing connection is up, or an error
-// wrapping [ErrNotConnected] if the broker cannot be reached within ctx
-// and the [ConnectTimeout], or wrapping [transport.ErrInvalidOption] for a
-// bad option. Options:
+// New connects to the MQTT broker rawURL names and returns once the
+// publishing connection is up. rawURL is "mqtt://[user:password@]host[:port]"
+// (TCP, port 1883 by default) or "mqtts://…" (TLS, port 8883 by default),
+// with the query keys of the package documentation; opts apply after the
+// URL's settings:
 //
 //   - connection: [ClientID], [Credentials], [TLSConfig], [CAFile],
 //     [ClientCert], [KeepAlive], [ConnectTimeout], [MaxReconnectInterval]
+//   - payloads: [PayloadFormat] ([Envelope] by default), [IDFrom], [KeyFrom],
+//     [MaxPayload]
 //   - publishing: [Retain]
-//   - payloads: [PayloadFormat], [IDFrom], [KeyFrom]
 //   - dead letters and sessions: [DLQPrefix], [RemoveSessionsOnClose]
 //   - [WithLogger]
-func New(ctx context.Context, broker string, opts ...Option) (*Transport, error) {
-	cfg := newConfig(opts...)
-	if cfg.err != nil {
-		return nil, cfg.err
-	}
-	server, err := serverURI(broker, cfg.tls != nil)
+//
+// An invalid URL or option returns an error wrapping
+// [transport.ErrInvalidOption] that names it, before any connection. A
+// broker that cannot be reached within ctx and the [ConnectTimeout]
+// returns an error wrapping [ErrNotConnected]. Passwords never appear in
+// errors or logs.
+func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
+	cfg, server, err := parse(rawURL, opts)
 	if err != nil {
 		return nil, err
 	}
 	t := &Transport{
 		cfg:      cfg,
 		broker:   server,
+		pubID:    randomSuffix() + randomSuffix(),
+		conn:     newConnState(),
 		streams:  make(map[*stream]struct{}),
+		held:     make(map[string]struct{}),
 		sessions: make(map[string]struct{}),
 		dlqs:     make(map[string]*dlqState),
 	}
@@ -99,104 +123,21 @@ func New(ctx context.Context, broker string, opts ...Option) (*Transport, error)
 	if id == "" {
 		id = "ferry-pub-" + randomSuffix()
 	}
-	t.conn = newConnState()
-	o := t.clientOptions(id, true)
-	o.SetConnectionAttemptHandler(func(_ *url.URL, c *tls.Config) *tls.Config {
-		t.conn.attempts.Add(1) // before any publish is resent on the new connection
-		return c
+	t.pub = t.dial(connSpec{
+		clientID:  id,
+		clean:     true,
+		reconnect: true,
+		onAttempt: func() { t.conn.attempts.Add(1) }, // before any publish is resent on the new connection
+		onUp:      t.conn.up,
+		onLost: func(err error) {
+			t.conn.down()
+			t.cfg.logger.Warn("mqtt: publisher connection lost; reconnecting", "broker", t.broker, "err", err)
+		},
 	})
-	o.SetOnConnectHandler(func(paho.Client) { t.conn.up() })
-	o.SetConnectionLostHandler(func(_ paho.Client, err error) {
-		t.conn.down()
-		t.cfg.logger.Warn("mqtt: publisher connection lost; reconnecting", "broker", t.broker, "err", err)
-	})
-	t.pub = paho.NewClient(o)
-	if err := t.connect(ctx, t.pub); err != nil {
+	if err := t.pub.connect(ctx); err != nil {
 		return nil, err
 	}
 	return t, nil
-}
-
-// serverURI turns broker into a paho server URI.
-func serverURI(broker string, tlsOn bool) (string, error) {
-	u, err := url.Parse(broker)
-	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("%w: mqtt: broker %q: want tcp://host:port or ssl://host:port", transport.ErrInvalidOption, redact(broker))
-	}
-	scheme := strings.ToLower(u.Scheme)
-	switch scheme {
-	case "mqtt", "tcp":
-		scheme = "tcp"
-		if tlsOn {
-			scheme = "ssl"
-		}
-	case "mqtts", "ssl", "tls", "tcps":
-		scheme = "ssl"
-	case "ws", "wss":
-	default:
-		return "", fmt.Errorf("%w: mqtt: broker scheme %q: want tcp, ssl, ws or wss", transport.ErrInvalidOption, u.Scheme)
-	}
-	host := u.Host
-	if u.Port() == "" {
-		switch scheme {
-		case "tcp":
-			host += ":1883"
-		case "ssl":
-			host += ":8883"
-		}
-	}
-	return scheme + "://" + host + u.Path, nil
-}
-
-// redact removes a password from a URL-like string for error messages.
-func redact(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
-	}
-	return "(unparsable)"
-}
-
-// clientOptions returns paho options for one connection of t.
-func (t *Transport) clientOptions(clientID string, clean bool) *paho.ClientOptions {
-	o := paho.NewClientOptions()
-	o.AddBroker(t.broker)
-	o.SetClientID(clientID)
-	o.SetProtocolVersion(4) // MQTT 3.1.1, no fallback to 3.1
-	o.SetCleanSession(clean)
-	o.SetAutoReconnect(true)
-	o.SetConnectRetry(false)
-	o.SetMaxReconnectInterval(t.cfg.maxReconnect)
-	o.SetConnectTimeout(t.cfg.connectTimeout)
-	o.SetKeepAlive(t.cfg.keepAlive)
-	o.SetPingTimeout(max(t.cfg.keepAlive/2, time.Second))
-	o.SetWriteTimeout(t.cfg.connectTimeout)
-	o.SetOrderMatters(true)
-	o.SetResumeSubs(false) // we resubscribe on every connect ourselves
-	if t.cfg.username != "" || t.cfg.password != "" {
-		o.SetUsername(t.cfg.username)
-		o.SetPassword(t.cfg.password)
-	}
-	if t.cfg.tls != nil {
-		o.SetTLSConfig(t.cfg.tls)
-	}
-	return o
-}
-
-// connect makes c's first connection, bounded by ctx.
-func (t *Transport) connect(ctx context.Context, c paho.Client) error {
-	tok := c.Connect()
-	select {
-	case <-tok.Done():
-	case <-ctx.Done():
-		c.Disconnect(0)
-		return fmt.Errorf("mqtt: connect to %s: %w: %w", t.broker, ErrNotConnected, ctx.Err())
-	}
-	if err := tok.Error(); err != nil {
-		c.Disconnect(0)
-		return fmt.Errorf("mqtt: connect to %s: %w: %w (is the broker running, and are the address and credentials right?)",
-			t.broker, ErrNotConnected, err)
-	}
-	return nil
 }
 
 // randomSuffix returns 8 random hex digits.
@@ -206,100 +147,13 @@ func randomSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Publish publishes m to the topic m.Topic at QoS 1 and returns once the
-// broker has sent its PUBACK. With [Raw] (the default) the payload is
-// m.Payload alone: ID, Key and Headers do not travel. With [Envelope] they
-// do. Publishing to a DLQ topic (see [DLQPrefix]) always uses the envelope
-// and first makes sure the DLQ's persistent session exists.
-//
-// While the connection is down, Publish waits for it to come back, bounded
-// by ctx: if ctx ends first, nothing was sent and the error wraps
-// [ErrNotConnected] and ctx.Err(). Once the message is handed to the
-// connection, a ctx that ends before the PUBACK gives an error wrapping
-// [transport.ErrUnknownOutcome] and ctx.Err(): the client may still send it
-// after a reconnect. Publish may be called concurrently; up to 65535
-// publishes are in flight at once on the connection.
-func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
-	return t.publish(ctx, m, t.cfg.retain)
-}
-
-// PublishRetained is Publish with the MQTT retained flag set: the broker
-// keeps m as the topic's last known value and hands it to every new
-// subscriber. Publishing an empty payload retained clears the topic's
-// retained message.
-func (t *Transport) PublishRetained(ctx context.Context, m *handler.Message) error {
-	return t.publish(ctx, m, true)
-}
-
-func (t *Transport) publish(ctx context.Context, m *handler.Message, retain bool) error {
-	if t.closed.Load() {
-		return fmt.Errorf("mqtt: publish %s: %w", m.Topic, transport.ErrClosed)
-	}
-	if err := validTopic(m.Topic); err != nil {
-		return fmt.Errorf("mqtt: publish: %w", err)
-	}
-	if len(m.Payload) > t.cfg.maxPayload {
-		return fmt.Errorf("mqtt: publish %s: %w: %d bytes, the limit is %d (MaxPayload)", m.Topic, transport.ErrTooLarge, len(m.Payload), t.cfg.maxPayload)
-	}
-	dlq := t.isDLQ(m.Topic)
-	payload := m.Payload
-	if dlq || t.cfg.format == Envelope {
-		payload = encodeEnvelope(m)
-		if len(payload) > 268435455-len(m.Topic)-4 {
-			return fmt.Errorf("mqtt: publish %s: %w: the envelope is %d bytes, over MQTT's packet limit", m.Topic, transport.ErrTooLarge, len(payload))
-		}
-	}
-	if dlq {
-		if err := t.ensureDLQ(ctx, m.Topic); err != nil {
-			return fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
-		}
-	}
-	return t.send(ctx, t.pub, t.conn, m.Topic, payload, retain)
-}
-
-// send publishes payload on c, waiting for the connection as Publish says.
-func (t *Transport) send(ctx context.Context, c paho.Client, cs *connState, topic string, payload []byte, retain bool) error {
-	if err := cs.wait(ctx); err != nil {
-		if t.closed.Load() {
-			return fmt.Errorf("mqtt: publish %s: %w", topic, transport.ErrClosed)
-		}
-		return fmt.Errorf("mqtt: publish %s: %w (nothing was sent): %w", topic, ErrNotConnected, err)
-	}
-	attempt := cs.attempts.Load()
-	tok := c.Publish(topic, qos, retain, payload)
-	select {
-	case <-tok.Done():
-		if err := tok.Error(); err != nil {
-			if errors.Is(err, paho.ErrNotConnected) {
-				return fmt.Errorf("mqtt: publish %s: %w: %w", topic, ErrNotConnected, err)
-			}
-			return fmt.Errorf("mqtt: publish %s: %w: %w", topic, transport.ErrUnknownOutcome, err)
-		}
-		if cs.attempts.Load() != attempt {
-			// The connection was replaced while the publish was in flight.
-			// paho then resends it and completes the original token without
-			// waiting for the new PUBACK, so the token proves nothing.
-			return fmt.Errorf("mqtt: publish %s: %w: the connection was lost and re-established before the PUBACK", topic, transport.ErrUnknownOutcome)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("mqtt: publish %s: no PUBACK: %w: %w", topic, transport.ErrUnknownOutcome, ctx.Err())
-	}
-}
-
-// validTopic checks a topic name for publishing: not empty, no wildcards,
-// no NUL, at most 65535 bytes.
-func validTopic(topic string) error {
-	switch {
-	case topic == "":
-		return fmt.Errorf("%w: empty topic", transport.ErrInvalidOption)
-	case strings.ContainsAny(topic, "+#\x00"):
-		return fmt.Errorf("%w: topic %q: wildcards and NUL are not allowed in a topic name", transport.ErrInvalidOption, topic)
-	case len(topic) > 65535:
-		return fmt.Errorf("%w: topic longer than 65535 bytes", transport.ErrInvalidOption)
-	}
-	return nil
-}
+// Missing returns how many messages the streams of this Transport have
+// found missing so far: gaps in the sequence numbers that each publisher
+// writes in its envelopes, per topic, most often because the broker
+// dropped them (Mosquitto's max_queued_messages). Each gap is also logged
+// at level Error. Only envelope subscriptions that are not shared can see
+// gaps; see the package documentation, "Messages the broker drops".
+func (t *Transport) Missing() int64 { return t.missing.Load() }
 
 // Close closes every stream the Transport opened (their unacked messages
 // stay in their sessions, for redelivery when they reconnect) and the
@@ -325,8 +179,6 @@ func (t *Transport) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	t.conn.close()
-	t.pub.Disconnect(disconnectQuiesce(ctx))
 	if t.cfg.removeSessions {
 		t.mu.Lock()
 		ids := make([]string, 0, len(t.sessions))
@@ -334,23 +186,26 @@ func (t *Transport) Close(ctx context.Context) error {
 			ids = append(ids, id)
 		}
 		t.mu.Unlock()
+		sort.Strings(ids)
 		for _, id := range ids {
 			if err := t.removeSession(ctx, id); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
+	t.conn.close()
+	t.pub.disconnect(quiesce(ctx))
 	return errors.Join(errs...)
 }
 
-// disconnectQuiesce is how long, in milliseconds, a Disconnect may wait for
-// work in progress: up to 250ms, less if ctx ends sooner.
-func disconnectQuiesce(ctx context.Context) uint {
+// quiesce is how long a disconnect may wait for work in progress: up to
+// 250ms, less if ctx ends sooner.
+func quiesce(ctx context.Context) time.Duration {
 	d := 250 * time.Millisecond
 	if dl, ok := ctx.Deadline(); ok {
 		d = min(d, time.Until(dl))
 	}
-	return uint(max(d, 0).Milliseconds())
+	return max(d, 0)
 }
 
 // Sessions returns the client IDs of the persistent sessions this
@@ -368,109 +223,61 @@ func (t *Transport) Sessions() []string {
 
 // RemoveSession deletes the persistent session of clientID at the broker
 // (its subscriptions and every message queued for it), by connecting once
-// with that client ID and a clean session. Use it when a consumer is
-// retired for good: messages published to its topics afterwards are no
-// longer kept for it. It fails if a stream of this process holds that
-// session open. (A subscription's client ID is its Consumer, or the one
-// [Transport.Sessions] lists.)
+// with that client ID and a clean session, and clears the session's claim
+// (see the package documentation, "Sessions and client IDs"). Use it when
+// a consumer is retired for good: messages published to its topics
+// afterwards are no longer kept for it. It fails if a stream of this
+// Transport holds that session open; a stream of another process that
+// holds it is disconnected, and reconnects to an empty session. (A
+// subscription's client ID is its Consumer, or the one [Transport.Sessions]
+// lists.)
 func (t *Transport) RemoveSession(ctx context.Context, clientID string) error {
+	if t.closed.Load() {
+		return fmt.Errorf("mqtt: remove session %s: %w", clientID, transport.ErrClosed)
+	}
 	return t.removeSession(ctx, clientID)
 }
 
 // removeSession connects once with a clean session as id.
 func (t *Transport) removeSession(ctx context.Context, id string) error {
-	if !claimClientID(id) {
-		return fmt.Errorf("mqtt: remove session %s: it is held by an open stream", id)
+	if !t.hold(id) {
+		return fmt.Errorf("mqtt: remove session %s: it is held by an open stream of this Transport", id)
 	}
-	defer releaseClientID(id)
-	c := paho.NewClient(t.clientOptions(id, true))
-	if err := t.connect(ctx, c); err != nil {
+	defer t.release(id)
+	c := t.dial(connSpec{clientID: id, clean: true})
+	if err := c.connect(ctx); err != nil {
 		return fmt.Errorf("mqtt: remove session %s: %w", id, err)
 	}
-	c.Disconnect(disconnectQuiesce(ctx))
+	c.disconnect(quiesce(ctx))
+	if err := t.clearClaim(ctx, id); err != nil {
+		return fmt.Errorf("mqtt: remove session %s: %w", id, err)
+	}
 	t.mu.Lock()
 	delete(t.sessions, id)
 	t.mu.Unlock()
 	return nil
 }
 
-// connState tracks whether a connection is up, so that publishes can wait
-// for it.
-type connState struct {
-	attempts atomic.Uint64 // connection attempts so far
-
-	// ready is closed while connected; read without the lock by every
-	// publish, replaced under mu when the connection goes down.
-	ready  atomic.Pointer[chan struct{}]
-	mu     sync.Mutex
-	closed chan struct{} // closed by close
-	isUp   bool
-}
-
-func newConnState() *connState {
-	c := &connState{closed: make(chan struct{})}
-	ready := make(chan struct{})
-	c.ready.Store(&ready)
-	return c
-}
-
-func (c *connState) up() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.isUp {
-		c.isUp = true
-		close(*c.ready.Load())
+// hold marks client ID id as used by a stream or DLQ operation of t, and
+// reports false if it already was. Two live connections with one client ID
+// take the session from each other at the broker; within a Transport this
+// is how Subscribe and the DLQ operations avoid doing that to themselves.
+// (Across Transports and processes, a stream detects being taken over; see
+// session.go.)
+func (t *Transport) hold(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, taken := t.held[id]; taken {
+		return false
 	}
+	t.held[id] = struct{}{}
+	t.sessions[id] = struct{}{}
+	return true
 }
 
-func (c *connState) down() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.isUp {
-		c.isUp = false
-		ready := make(chan struct{})
-		c.ready.Store(&ready)
-	}
+// release ends hold.
+func (t *Transport) release(id string) {
+	t.mu.Lock()
+	delete(t.held, id)
+	t.mu.Unlock()
 }
-
-func (c *connState) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	select {
-	case <-c.closed:
-	default:
-		close(c.closed)
-	}
-}
-
-// wait returns nil once connected, or ctx's error, or ErrClosed.
-func (c *connState) wait(ctx context.Context) error {
-	ready := *c.ready.Load()
-	select {
-	case <-ready:
-		return nil
-	default:
-	}
-	select {
-	case <-ready:
-		return nil
-	case <-c.closed:
-		return transport.ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// heldIDs are the client IDs held by open streams and DLQ operations in
-// this process. Two live connections with one client ID take each other
-// over at the broker, forever; this set is how Subscribe avoids doing that
-// to itself, and it is this package's only package-level state besides the
-// scheme registration.
-var heldIDs sync.Map
-
-func claimClientID(id string) bool {
-	_, taken := heldIDs.LoadOrStore(id, struct{}{})
-	return !taken
-}
-
-func releaseClientID(id string) { heldIDs.Delete(id) }

@@ -26,26 +26,31 @@ const (
 	ProtocolMaxPayload = 268435455 - 64*1024
 )
 
-// Format is how a Message travels in an MQTT payload.
+// Format is how a Message travels in an MQTT payload. MQTT 3.1.1 has no
+// headers, so only the envelope carries Message.ID, Key and Headers.
 type Format int
 
 const (
-	// Raw: the payload is the Message's Payload, byte for byte, as a device
-	// sends it. ID and Key are not carried; a subscriber computes them with
-	// its [IDFrom] and [KeyFrom] functions. Headers are not carried.
-	Raw Format = iota
-	// Envelope: the payload is a small JSON document carrying ID, Key,
-	// Headers and the Payload (see the package documentation, "Wire
-	// format"). Use it between Ferry services; devices keep Raw.
-	Envelope
+	// Envelope (the default): the payload is a small JSON document carrying
+	// ID, Key, Headers, the Payload and a per-publisher sequence number (see
+	// the package documentation, "Wire format"). A consumer gets back
+	// exactly what was published, dedupe works on the ID, per-key order on
+	// the Key, and a consumer sees when the broker dropped messages.
+	Envelope Format = iota
+	// Raw: the payload is the Message's Payload, byte for byte, as a
+	// device sends it. ID, Key and Headers do not travel: a subscriber
+	// computes ID and Key with its [IDFrom] and [KeyFrom] functions, and
+	// Publish refuses a Message whose ID or Key differ from what those
+	// return, or that has headers. Use it for foreign devices.
+	Raw
 )
 
-// String returns the URL spelling: "raw" or "envelope".
+// String returns the URL spelling: "envelope" or "raw".
 func (f Format) String() string {
-	if f == Envelope {
-		return "envelope"
+	if f == Raw {
+		return "raw"
 	}
-	return "raw"
+	return "envelope"
 }
 
 // An Option configures a [Transport]. Options are made by the functions of
@@ -58,7 +63,7 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-// config is a Transport's configuration, checked once in newConfig.
+// config is a Transport's configuration, checked once in parse.
 type config struct {
 	clientID       string
 	username       string
@@ -81,8 +86,8 @@ type config struct {
 	err            error
 }
 
-func newConfig(opts ...Option) config {
-	c := config{
+func defaultConfig() config {
+	return config{
 		keepAlive:      DefaultKeepAlive,
 		connectTimeout: DefaultConnectTimeout,
 		maxReconnect:   DefaultMaxReconnectInterval,
@@ -92,13 +97,6 @@ func newConfig(opts ...Option) config {
 		maxPayload:     DefaultMaxPayload,
 		logger:         slog.Default(),
 	}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
-		}
-	}
-	c.validate()
-	return c
 }
 
 func (c *config) fail(format string, args ...any) {
@@ -125,7 +123,7 @@ func (c *config) validate() {
 		c.fail("DLQPrefix(%q) must be a topic prefix ending in '/' without wildcards", c.dlqPrefix)
 	case c.maxPayload < 1 || c.maxPayload > ProtocolMaxPayload:
 		c.fail("MaxPayload(%d) must be between 1 and %d", c.maxPayload, ProtocolMaxPayload)
-	case c.format != Raw && c.format != Envelope:
+	case c.format != Envelope && c.format != Raw:
 		c.fail("PayloadFormat(%d) is not Raw or Envelope", c.format)
 	case (c.certFile == "") != (c.keyFile == ""):
 		c.fail("ClientCert needs both a certificate and a key file")
@@ -239,10 +237,12 @@ func Retain(on bool) Option {
 }
 
 // PayloadFormat sets how Messages travel in MQTT payloads, for publishing
-// and subscribing alike: [Raw] (the default, what devices send) or
-// [Envelope] (ID, Key and Headers travel too). Both sides of a topic must
-// agree; on an Envelope subscription a payload that is not an envelope is a
-// permanent error and goes to the DLQ. URL key: format=raw|envelope.
+// and subscribing alike: [Envelope] (the default: ID, Key and Headers
+// travel, with a sequence number that reveals messages the broker dropped)
+// or [Raw] (the bare payload, what devices send). Both sides of a topic
+// must agree; on an Envelope subscription a payload that is not an
+// envelope is a permanent error and goes to the DLQ. URL key:
+// format=envelope|raw.
 func PayloadFormat(f Format) Option {
 	return optionFunc(func(c *config) { c.format = f })
 }
@@ -250,9 +250,9 @@ func PayloadFormat(f Format) Option {
 // IDFrom sets how a subscriber computes Message.ID from a raw payload. The
 // default is [ContentHash]; [JSONField] reads an ID the device put in its
 // JSON, and [FirstOf] falls back from one function to the next. What f
-// returns is the ID, even "" (no ID: dedupe cannot work). With [Envelope]
-// the envelope's ID is used instead. URL key: id=hash|json:<field>, where
-// json:<field> falls back to hash when the field is missing.
+// returns is the ID, even "" (no ID: dedupe cannot work). It applies to
+// [Raw] only: the envelope carries the ID. URL key: id=hash|json:<field>,
+// where json:<field> falls back to hash when the field is missing.
 func IDFrom(f IDFunc) Option {
 	return optionFunc(func(c *config) { c.idFunc = f })
 }
@@ -261,19 +261,20 @@ func IDFrom(f IDFunc) Option {
 // from a raw payload. The default is [TopicKey]: the topic, so that each
 // device's topic is handled in order. [TopicLevel] picks one level (the
 // device ID) and [JSONField] a JSON field. What f returns is the Key, even
-// "" (no ordering constraint). With [Envelope] the envelope's Key is used
-// instead. URL key: key=topic|level:<n>|json:<field>, where json:<field>
-// falls back to the topic when the field is missing.
+// "" (no ordering constraint). It applies to [Raw] only: the envelope
+// carries the Key. URL key: key=topic|level:<n>|json:<field>, where
+// json:<field> falls back to the topic when the field is missing.
 func KeyFrom(f KeyFunc) Option {
 	return optionFunc(func(c *config) { c.keyFunc = f })
 }
 
 // DLQPrefix sets the prefix of dead-letter topics, "ferry/dlq/" by default.
-// A subscription's DLQ is the prefix followed by its client ID, unless its
-// Options name one ("dlq"). Publishing to a topic under the prefix, or to a
-// topic ending in ".dlq" (the middleware's default name), first makes sure
-// the DLQ's persistent session exists and always uses the envelope, so that
-// the error context travels. URL key: dlq_prefix.
+// A subscription's DLQ is the prefix followed by its Group (or, without
+// one, its client ID), unless its Options name one ("dlq"); see
+// [Transport.DLQName]. Publishing to a topic under the prefix, or to a
+// topic ending in ".dlq", first makes sure the DLQ's persistent session
+// exists and always uses the envelope, so that the error record travels.
+// URL key: dlq_prefix.
 func DLQPrefix(p string) Option {
 	return optionFunc(func(c *config) { c.dlqPrefix = p })
 }
@@ -301,9 +302,10 @@ func MaxPayload(n int) Option {
 	return optionFunc(func(c *config) { c.maxPayload = n })
 }
 
-// WithLogger sets the logger for connection events (lost, reconnected,
-// resubscribed) and dead-lettered malformed payloads. The default is
-// slog.Default().
+// WithLogger sets the logger of every log line of the Transport and its
+// streams: connection events (lost, resubscribed), a session taken over,
+// messages found missing, and dead-lettered malformed payloads. The
+// default is slog.Default(); nil is an error. There is no URL key.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }

@@ -6,11 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/ferrymq/ferry/handler"
 )
 
 // An IDFunc computes Message.ID from a raw MQTT message: its topic and
@@ -109,7 +106,7 @@ func parseIDFunc(v string) (IDFunc, error) {
 	case strings.HasPrefix(v, "json:") && len(v) > len("json:"):
 		return IDFunc(FirstOf(JSONField(v[len("json:"):]), ContentHash)), nil
 	}
-	return nil, fmt.Errorf("id=%q: want hash or json:<field>", v)
+	return nil, errors.New("want hash or json:<field>")
 }
 
 // parseKeyFunc reads the key URL key: topic, level:<n> or json:<field>.
@@ -120,68 +117,11 @@ func parseKeyFunc(v string) (KeyFunc, error) {
 	case strings.HasPrefix(v, "level:"):
 		n, err := strconv.Atoi(v[len("level:"):])
 		if err != nil {
-			return nil, fmt.Errorf("key=%q: level wants an integer", v)
+			return nil, errors.New("level:<n> wants an integer")
 		}
 		return TopicLevel(n), nil
 	case strings.HasPrefix(v, "json:") && len(v) > len("json:"):
 		return KeyFunc(FirstOf(JSONField(v[len("json:"):]), TopicKey)), nil
 	}
-	return nil, fmt.Errorf("key=%q: want topic, level:<n> or json:<field>", v)
-}
-
-// EnvelopeVersion is the value of the "ferry" field of the envelope this
-// package writes and the only one it reads.
-const EnvelopeVersion = 1
-
-// ErrMalformedEnvelope is wrapped, together with [handler.ErrPermanent], by
-// the error recorded when a payload on an [Envelope] subscription is not a
-// valid envelope. Such a message is never handed to a handler: the stream
-// publishes it to the subscription's DLQ, with the error, and acks it.
-var ErrMalformedEnvelope = errors.New("mqtt: malformed envelope")
-
-// envelope is the opt-in wire format; see the package documentation.
-type envelope struct {
-	Ferry   int               `json:"ferry"`
-	ID      string            `json:"id"`
-	Key     string            `json:"key,omitempty"`
-	Headers map[string]string `json:"headers,omitempty"`
-	Payload []byte            `json:"payload"` // base64 in JSON
-}
-
-// encodeEnvelope returns m's envelope. It cannot fail for a Message.
-func encodeEnvelope(m *handler.Message) []byte {
-	b, err := json.Marshal(envelope{Ferry: EnvelopeVersion, ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload})
-	if err != nil { // a map[string]string and []byte always marshal
-		panic("mqtt: marshal envelope: " + err.Error())
-	}
-	return b
-}
-
-// decodeEnvelope fills m's ID, Key, Headers and Payload from an envelope.
-// The error wraps ErrMalformedEnvelope and handler.ErrPermanent.
-func decodeEnvelope(payload []byte, m *handler.Message) error {
-	var e envelope
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
-		return malformed("%v", err)
-	}
-	if dec.More() {
-		return malformed("trailing data after the envelope")
-	}
-	if e.Ferry != EnvelopeVersion {
-		return malformed("version %d, want %d", e.Ferry, EnvelopeVersion)
-	}
-	if e.ID == "" {
-		return malformed("no id")
-	}
-	m.ID, m.Key, m.Headers, m.Payload = e.ID, e.Key, e.Headers, e.Payload
-	if m.Payload == nil {
-		m.Payload = []byte{}
-	}
-	return nil
-}
-
-func malformed(format string, args ...any) error {
-	return handler.Permanent(fmt.Errorf("%w: "+format, append([]any{ErrMalformedEnvelope}, args...)...))
+	return nil, errors.New("want topic, level:<n> or json:<field>")
 }

@@ -1,41 +1,6 @@
 package mqtt
 
-import (
-	"errors"
-	"testing"
-
-	"github.com/ferrymq/ferry/handler"
-)
-
-func TestEnvelopeRoundTrip(t *testing.T) {
-	in := &handler.Message{ID: "evt-1", Key: "dev-7", Payload: []byte{0, 1, 0xff, '"'}, Headers: map[string]string{"k": "v ☃"}}
-	var out handler.Message
-	if err := decodeEnvelope(encodeEnvelope(in), &out); err != nil {
-		t.Fatalf("decode: %v", err)
-	}
-	if out.ID != in.ID || out.Key != in.Key || string(out.Payload) != string(in.Payload) || out.Headers["k"] != "v ☃" {
-		t.Errorf("round trip changed the message: %+v", out)
-	}
-}
-
-func TestMalformedEnvelopeIsPermanent(t *testing.T) {
-	for name, p := range map[string]string{
-		"not json":      `{"temp": 21.`,
-		"raw reading":   `{"temp":21.5}`,
-		"wrong version": `{"ferry":2,"id":"x","payload":""}`,
-		"no id":         `{"ferry":1,"payload":""}`,
-		"bad base64":    `{"ferry":1,"id":"x","payload":"%%%"}`,
-		"trailing":      `{"ferry":1,"id":"x","payload":""} {}`,
-		"binary":        "\xff\x00\x01",
-		"empty":         ``,
-	} {
-		var m handler.Message
-		err := decodeEnvelope([]byte(p), &m)
-		if !errors.Is(err, ErrMalformedEnvelope) || !handler.IsPermanent(err) {
-			t.Errorf("%s: decode = %v; want a permanent error wrapping ErrMalformedEnvelope", name, err)
-		}
-	}
-}
+import "testing"
 
 func TestIDAndKeyFunctions(t *testing.T) {
 	const topic = "sites/s1/sensors/dev-7/temperature"

@@ -36,7 +36,7 @@ func TestChildConsumer(t *testing.T) {
 		t.Skip("run by TestPersistentSessionKill")
 	}
 	ctx := context.Background()
-	tr, err := mqtt.New(ctx, "tcp://"+os.Getenv(envChildAddr))
+	tr, err := mqtt.New(ctx, "mqtt://"+os.Getenv(envChildAddr))
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(2)
@@ -133,7 +133,7 @@ func TestPersistentSessionKill(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for i := from; i < to; i++ {
-			if err := pub.Publish(ctx, &handler.Message{Topic: topic, Payload: []byte(strconv.Itoa(i))}); err != nil {
+			if err := pub.Publish(ctx, &handler.Message{ID: "m" + strconv.Itoa(i), Topic: topic, Payload: []byte(strconv.Itoa(i))}); err != nil {
 				t.Fatalf("publish %d: %v", i, err)
 			}
 		}

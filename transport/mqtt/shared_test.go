@@ -3,19 +3,22 @@ package mqtt_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/mqtt"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
-// TestSharedSubscriptionSplits: two consumers in one group (a shared
-// subscription, each its own client and session) split 200 messages; every
-// message goes to exactly one of them, and both get some. A third
-// subscription outside the group gets all 200.
+// TestSharedSubscriptionSplits: two consumers in one group with share=true
+// (a shared subscription, each its own client and session) split 200
+// messages; every message goes to exactly one of them, and both get some.
+// A third subscription outside the group gets all 200. The shared ones
+// declare no ordering, and name the option that would keep it.
 func TestSharedSubscriptionSplits(t *testing.T) {
 	r := shared(t)
 	topic := "ferry-test/" + transporttest.UniqueName(t, "share") + "/+"
@@ -33,6 +36,10 @@ func TestSharedSubscriptionSplits(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Subscribe %s: %v", member, err)
 		}
+		if sem, shared := st.Semantics(), member != "other"; shared != (sem.Ordering == transport.OrderNone) ||
+			shared != strings.Contains(sem.OrderingHint, "share=false") {
+			t.Errorf("%s declares Ordering %v, hint %q", member, sem.Ordering, sem.OrderingHint)
+		}
 		go func() {
 			for {
 				d, err := st.Receive(context.Background())
@@ -47,8 +54,9 @@ func TestSharedSubscriptionSplits(t *testing.T) {
 			}
 		}()
 	}
-	consume("a", transport.Subscription{Topic: topic, Group: group, Consumer: transporttest.UniqueName(t, "a")})
-	consume("b", transport.Subscription{Topic: topic, Group: group, Consumer: transporttest.UniqueName(t, "b")})
+	share := map[string]string{mqtt.OptionShare: "true"}
+	consume("a", transport.Subscription{Topic: topic, Group: group, Consumer: transporttest.UniqueName(t, "a"), Options: share})
+	consume("b", transport.Subscription{Topic: topic, Group: group, Consumer: transporttest.UniqueName(t, "b"), Options: share})
 	consume("other", transport.Subscription{Topic: topic, Consumer: transporttest.UniqueName(t, "o")})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -56,7 +64,7 @@ func TestSharedSubscriptionSplits(t *testing.T) {
 	const n = 200
 	base := topic[:len(topic)-1]
 	for i := range n {
-		m := &handler.Message{Topic: base + fmt.Sprintf("dev-%d", i%7), Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+		m := &handler.Message{ID: fmt.Sprint("m", i), Topic: base + fmt.Sprintf("dev-%d", i%7), Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
 		if err := pub.Publish(ctx, m); err != nil {
 			t.Fatal(err)
 		}

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ferrymq/ferry/transport"
 )
@@ -18,153 +16,148 @@ func init() {
 
 // URL query keys, each mapping to one [Option].
 const (
-	keyClientID       = "client_id"
-	keyKeepAlive      = "keepalive"
-	keyConnectTimeout = "connect_timeout"
-	keyReconnectMax   = "reconnect_max"
-	keyRetain         = "retain"
-	keyFormat         = "format"
-	keyID             = "id"
-	keyKey            = "key"
-	keyDLQPrefix      = "dlq_prefix"
-	keyMaxPayload     = "max_payload"
-	keyRemoveSessions = "remove_sessions"
-	keyCA             = "ca"
-	keyCert           = "cert"
-	keyKeyFile        = "key_file"
+	keyClientID       = "client_id"       // ClientID
+	keyKeepAlive      = "keepalive"       // KeepAlive
+	keyConnectTimeout = "connect_timeout" // ConnectTimeout
+	keyReconnectMax   = "reconnect_max"   // MaxReconnectInterval
+	keyRetain         = "retain"          // Retain
+	keyFormat         = "format"          // PayloadFormat
+	keyID             = "id"              // IDFrom
+	keyKey            = "key"             // KeyFrom
+	keyDLQPrefix      = "dlq_prefix"      // DLQPrefix
+	keyMaxPayload     = "max_payload"     // MaxPayload
+	keyRemoveSessions = "remove_sessions" // RemoveSessionsOnClose
+	keyCA             = "ca"              // CAFile
+	keyCert           = "cert"            // ClientCert, with key_file
+	keyKeyFile        = "key_file"        // ClientCert, with cert
 )
 
-var urlKeys = []string{
-	keyClientID, keyKeepAlive, keyConnectTimeout, keyReconnectMax, keyRetain, keyFormat,
-	keyID, keyKey, keyDLQPrefix, keyMaxPayload, keyRemoveSessions, keyCA, keyCert, keyKeyFile,
+// parse reads rawURL's address, credentials and query into a config, then
+// applies opts: the one path by which [New] and [URLOpener] configure a
+// Transport. It returns the config and the server URI for the client
+// library ("tcp://host:1883" or "ssl://host:8883").
+func parse(rawURL string, opts []Option) (config, string, error) {
+	cfg := defaultConfig()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return cfg, "", fmt.Errorf("%w: mqtt: cannot parse the URL (want mqtt://host:1883 or mqtts://host:8883)", transport.ErrInvalidOption)
+	}
+	scheme := strings.ToLower(u.Scheme)
+	if scheme != Scheme && scheme != SchemeTLS {
+		return cfg, "", fmt.Errorf("%w: mqtt: URL %s: scheme %q is not %q or %q",
+			transport.ErrInvalidOption, transport.Redact(u), u.Scheme, Scheme, SchemeTLS)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return cfg, "", fmt.Errorf("%w: mqtt: URL %s: no host: want %s://host:port", transport.ErrInvalidOption, transport.Redact(u), scheme)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return cfg, "", fmt.Errorf("%w: mqtt: URL %s: unexpected path %q", transport.ErrInvalidOption, transport.Redact(u), u.Path)
+	}
+	if u.User != nil {
+		pw, _ := u.User.Password()
+		Credentials(u.User.Username(), pw).apply(&cfg)
+	}
+	q := transport.ParseQuery(Scheme, u.RawQuery)
+	if v, ok := q.String(keyClientID); ok {
+		ClientID(v).apply(&cfg)
+	}
+	if d, ok := q.Duration(keyKeepAlive); ok {
+		KeepAlive(d).apply(&cfg)
+	}
+	if d, ok := q.Duration(keyConnectTimeout); ok {
+		ConnectTimeout(d).apply(&cfg)
+	}
+	if d, ok := q.Duration(keyReconnectMax); ok {
+		MaxReconnectInterval(d).apply(&cfg)
+	}
+	if b, ok := q.Bool(keyRetain); ok {
+		Retain(b).apply(&cfg)
+	}
+	if b, ok := q.Bool(keyRemoveSessions); ok && b {
+		RemoveSessionsOnClose().apply(&cfg)
+	}
+	if v, ok := q.String(keyFormat); ok {
+		switch v {
+		case "envelope":
+			PayloadFormat(Envelope).apply(&cfg)
+		case "raw":
+			PayloadFormat(Raw).apply(&cfg)
+		default:
+			q.Fail(keyFormat, "want envelope or raw")
+		}
+	}
+	if v, ok := q.String(keyID); ok {
+		if f, err := parseIDFunc(v); err != nil {
+			q.Fail(keyID, err.Error())
+		} else {
+			IDFrom(f).apply(&cfg)
+		}
+	}
+	if v, ok := q.String(keyKey); ok {
+		if f, err := parseKeyFunc(v); err != nil {
+			q.Fail(keyKey, err.Error())
+		} else {
+			KeyFrom(f).apply(&cfg)
+		}
+	}
+	if n, ok := q.Int(keyMaxPayload); ok {
+		MaxPayload(n).apply(&cfg)
+	}
+	if v, ok := q.String(keyDLQPrefix); ok {
+		DLQPrefix(v).apply(&cfg)
+	}
+	if v, ok := q.String(keyCA); ok {
+		CAFile(v).apply(&cfg)
+	}
+	cert, hasCert := q.String(keyCert)
+	keyFile, hasKey := q.String(keyKeyFile)
+	switch {
+	case hasCert && hasKey:
+		ClientCert(cert, keyFile).apply(&cfg)
+	case hasCert:
+		q.Fail(keyCert, "cert needs key_file (the client certificate's private key)")
+	case hasKey:
+		q.Fail(keyKeyFile, "key_file without cert")
+	}
+	if err := q.Err(); err != nil {
+		return cfg, "", err
+	}
+	for _, o := range opts {
+		if o == nil {
+			return cfg, "", fmt.Errorf("%w: mqtt: nil Option", transport.ErrInvalidOption)
+		}
+		o.apply(&cfg)
+	}
+	cfg.validate()
+	if cfg.err != nil {
+		return cfg, "", cfg.err
+	}
+	server := "tcp://"
+	if scheme == SchemeTLS || cfg.tls != nil {
+		server = "ssl://"
+	}
+	host := u.Host
+	if u.Port() == "" {
+		if server == "tcp://" {
+			host += ":1883"
+		} else {
+			host += ":8883"
+		}
+	}
+	return cfg, server + host, nil
 }
 
 // URLOpener opens mqtt://[user:password@]host[:port][?key=value&…] (TCP,
 // port 1883 by default) and mqtts://… (TLS, port 8883 by default) URLs
-// with [New]. The query keys are listed in the package documentation. It is
-// safe for concurrent use; its zero value is ready to use.
-type URLOpener struct {
-	// Options are applied before those the URL sets, so the URL wins.
-	Options []Option
-}
+// with [New]: the query keys are those of the package documentation, each
+// one an [Option]. Its zero value is ready to use, and it is safe for
+// concurrent use.
+type URLOpener struct{}
 
 var _ transport.Opener = (*URLOpener)(nil)
 
-// OpenURL connects to the broker u names; ctx bounds the connection.
+// OpenURL connects to the broker u names, as New(ctx, u.String()) does;
+// ctx bounds the connection.
 func (o *URLOpener) OpenURL(ctx context.Context, u *url.URL) (transport.Transport, error) {
-	scheme := strings.ToLower(u.Scheme)
-	if scheme != Scheme && scheme != SchemeTLS {
-		return nil, fmt.Errorf("%w: mqtt: scheme %q is not %q or %q", transport.ErrInvalidOption, u.Scheme, Scheme, SchemeTLS)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("%w: mqtt: no host: want %s://host:port", transport.ErrInvalidOption, scheme)
-	}
-	if u.Path != "" && u.Path != "/" {
-		return nil, fmt.Errorf("%w: mqtt: unexpected path %q", transport.ErrInvalidOption, u.Path)
-	}
-	opts, err := urlOptions(u)
-	if err != nil {
-		return nil, err
-	}
-	broker := "tcp://" + u.Host
-	if scheme == SchemeTLS {
-		broker = "ssl://" + u.Host
-	}
-	return New(ctx, broker, append(append([]Option(nil), o.Options...), opts...)...)
-}
-
-// urlOptions turns u's user information and query into options.
-func urlOptions(u *url.URL) ([]Option, error) {
-	var opts []Option
-	if u.User != nil {
-		pw, _ := u.User.Password()
-		opts = append(opts, Credentials(u.User.Username(), pw))
-	}
-	q := u.Query()
-	flat := make(map[string]string, len(q))
-	for k, vs := range q {
-		if len(vs) != 1 {
-			return nil, fmt.Errorf("%w: mqtt: query key %q given %d times", transport.ErrInvalidOption, k, len(vs))
-		}
-		flat[k] = vs[0]
-	}
-	if err := transport.UnknownKeys(Scheme, flat, urlKeys...); err != nil {
-		return nil, err
-	}
-	bad := func(k, v, want string) error {
-		return fmt.Errorf("%w: mqtt: %s=%q: want %s", transport.ErrInvalidOption, k, v, want)
-	}
-	dur := func(k, v string) (time.Duration, error) {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return 0, bad(k, v, "a duration such as 30s")
-		}
-		return d, nil
-	}
-	for _, k := range urlKeys {
-		v, ok := flat[k]
-		if !ok {
-			continue
-		}
-		switch k {
-		case keyClientID:
-			opts = append(opts, ClientID(v))
-		case keyKeepAlive, keyConnectTimeout, keyReconnectMax:
-			d, err := dur(k, v)
-			if err != nil {
-				return nil, err
-			}
-			opts = append(opts, map[string]func(time.Duration) Option{
-				keyKeepAlive: KeepAlive, keyConnectTimeout: ConnectTimeout, keyReconnectMax: MaxReconnectInterval,
-			}[k](d))
-		case keyRetain, keyRemoveSessions:
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return nil, bad(k, v, "true or false")
-			}
-			if k == keyRetain {
-				opts = append(opts, Retain(b))
-			} else if b {
-				opts = append(opts, RemoveSessionsOnClose())
-			}
-		case keyFormat:
-			switch v {
-			case "raw":
-				opts = append(opts, PayloadFormat(Raw))
-			case "envelope":
-				opts = append(opts, PayloadFormat(Envelope))
-			default:
-				return nil, bad(k, v, "raw or envelope")
-			}
-		case keyID:
-			f, err := parseIDFunc(v)
-			if err != nil {
-				return nil, fmt.Errorf("%w: mqtt: %v", transport.ErrInvalidOption, err)
-			}
-			opts = append(opts, IDFrom(f))
-		case keyKey:
-			f, err := parseKeyFunc(v)
-			if err != nil {
-				return nil, fmt.Errorf("%w: mqtt: %v", transport.ErrInvalidOption, err)
-			}
-			opts = append(opts, KeyFrom(f))
-		case keyMaxPayload:
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return nil, bad(k, v, "a number of bytes")
-			}
-			opts = append(opts, MaxPayload(n))
-		case keyDLQPrefix:
-			opts = append(opts, DLQPrefix(v))
-		case keyCA:
-			opts = append(opts, CAFile(v))
-		case keyCert:
-			opts = append(opts, ClientCert(v, flat[keyKeyFile]))
-		case keyKeyFile:
-			if _, ok := flat[keyCert]; !ok {
-				return nil, fmt.Errorf("%w: mqtt: key_file without cert", transport.ErrInvalidOption)
-			}
-		}
-	}
-	return opts, nil
+	return New(ctx, u.String())
 }

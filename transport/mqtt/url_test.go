@@ -17,19 +17,50 @@ func TestURLErrors(t *testing.T) {
 	for url, want := range map[string]string{
 		"mqtt://127.0.0.1:1883?bogus=1":                   "bogus",
 		"mqtt://127.0.0.1:1883?keepalive=soon":            "keepalive",
+		"mqtt://127.0.0.1:1883?keepalive=1s&keepalive=2s": "more than once",
 		"mqtt://127.0.0.1:1883?format=xml":                "format",
 		"mqtt://127.0.0.1:1883?key=level:x":               "level",
+		"mqtt://127.0.0.1:1883?id=sha1":                   "hash or json",
 		"mqtt://127.0.0.1:1883?key_file=/k.pem":           "key_file without cert",
+		"mqtt://127.0.0.1:1883?cert=/c.pem":               "cert needs key_file",
 		"mqtts://u:s3cret@127.0.0.1:8883?ca=/nonexistent": "CAFile",
 		"mqtt://127.0.0.1:1883/path":                      "path",
 		"mqtt://127.0.0.1:1883?max_payload=0":             "MaxPayload",
+		"mqtt://127.0.0.1:1883?retain=maybe":              "retain",
+		"mqtt://127.0.0.1:1883?client_id=":                "ClientID",
+		"mqtt://127.0.0.1:1883?dlq_prefix=dead":           "DLQPrefix",
+		"mqtt://127.0.0.1:1883?connect_timeout=0s":        "ConnectTimeout",
+		"mqtt://127.0.0.1:1883?reconnect_max=10ms":        "MaxReconnectInterval",
+		"mqtt://:1883": "no host",
+		"mqtt://u:s3cret@127.0.0.1:1883?token=s3cret&x=%zz": "escaped",
 	} {
 		_, err := transport.Open(ctx, url)
 		if !errors.Is(err, transport.ErrInvalidOption) || !strings.Contains(err.Error(), want) {
 			t.Errorf("Open(%s) = %v; want ErrInvalidOption mentioning %q", url, err, want)
 		}
 		if err != nil && strings.Contains(err.Error(), "s3cret") {
-			t.Errorf("Open(%s): error shows the password: %v", url, err)
+			t.Errorf("Open(%s): error shows a secret: %v", url, err)
+		}
+		// New parses the same way, before connecting.
+		if _, nerr := mqtt.New(ctx, url); nerr == nil || err == nil || !strings.HasSuffix(err.Error(), nerr.Error()) {
+			t.Errorf("New(%s) = %v; Open = %v", url, nerr, err)
+		}
+	}
+	if _, err := mqtt.New(ctx, "tcp://127.0.0.1:1883"); !errors.Is(err, transport.ErrInvalidOption) || !strings.Contains(err.Error(), "scheme") {
+		t.Errorf("New(tcp://…) = %v; want ErrInvalidOption naming the scheme", err)
+	}
+	for name, opt := range map[string]mqtt.Option{
+		"WithLogger(nil)":     mqtt.WithLogger(nil),
+		"nil Option":          nil,
+		"KeepAlive(0)":        mqtt.KeepAlive(0),
+		"PayloadFormat(7)":    mqtt.PayloadFormat(7),
+		"TLSConfig(nil)":      mqtt.TLSConfig(nil),
+		"IDFrom(nil)":         mqtt.IDFrom(nil),
+		"MaxPayload(-1)":      mqtt.MaxPayload(-1),
+		"ClientCert(c, \"\")": mqtt.ClientCert("c.pem", ""),
+	} {
+		if _, err := mqtt.New(ctx, "mqtt://127.0.0.1:1", opt); !errors.Is(err, transport.ErrInvalidOption) {
+			t.Errorf("New with %s = %v; want ErrInvalidOption", name, err)
 		}
 	}
 }

@@ -1,0 +1,460 @@
+package mqtt
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/ferrymq/ferry/handler"
+)
+
+// EnvelopeVersion is the value of the "ferry" field of the envelope this
+// package writes and the only one it reads.
+const EnvelopeVersion = 1
+
+// ErrMalformedEnvelope is wrapped, together with [handler.ErrPermanent], by
+// the error recorded when a payload on an [Envelope] subscription is not a
+// valid envelope. Such a message is never handed to a handler: the stream
+// publishes it to the subscription's DLQ, with the error, and acks it.
+var ErrMalformedEnvelope = errors.New("mqtt: malformed envelope")
+
+// The envelope is a JSON object (see the package documentation, "Wire
+// format"):
+//
+//	{"ferry":1,"id":"evt-1","key":"device-7","headers":{"k":"v"},"payload":"<base64>","pub":"<publisher>","seq":42}
+//
+// This file writes it without reflection and reads it with a strict
+// parser of its own: both run once per message.
+
+// checkEnvelope reports why m cannot travel in the envelope byte for byte:
+// the consumer refuses an empty ID, and JSON text cannot carry invalid
+// UTF-8 (an encoder would rewrite it as U+FFFD). The error wraps
+// ErrInvalidMessage and never quotes a value.
+func checkEnvelope(m *handler.Message) error {
+	switch {
+	case m.ID == "":
+		return fmt.Errorf("%w: the envelope needs Message.ID (the dedupe key); it is empty", ErrInvalidMessage)
+	case !utf8.ValidString(m.ID):
+		return fmt.Errorf("%w: Message.ID is not valid UTF-8, which the JSON envelope cannot carry byte for byte", ErrInvalidMessage)
+	case !utf8.ValidString(m.Key):
+		return fmt.Errorf("%w: Message.Key is not valid UTF-8, which the JSON envelope cannot carry byte for byte", ErrInvalidMessage)
+	}
+	for k, v := range m.Headers {
+		if !utf8.ValidString(k) {
+			return fmt.Errorf("%w: a header name is not valid UTF-8, which the JSON envelope cannot carry byte for byte", ErrInvalidMessage)
+		}
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("%w: the value of header %q is not valid UTF-8, which the JSON envelope cannot carry byte for byte", ErrInvalidMessage, k)
+		}
+	}
+	return nil
+}
+
+// appendEnvelope appends m's envelope up to and including `"seq":` to
+// dst; the caller appends the sequence number and closes it with
+// finishEnvelope. m must have passed checkEnvelope.
+func appendEnvelope(dst []byte, m *handler.Message, pub string) []byte {
+	dst = append(dst, `{"ferry":`...)
+	dst = strconv.AppendInt(dst, EnvelopeVersion, 10)
+	dst = append(dst, `,"id":`...)
+	dst = appendString(dst, m.ID)
+	if m.Key != "" {
+		dst = append(dst, `,"key":`...)
+		dst = appendString(dst, m.Key)
+	}
+	if len(m.Headers) > 0 {
+		dst = append(dst, `,"headers":{`...)
+		keys := make([]string, 0, len(m.Headers))
+		for k := range m.Headers {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendString(dst, k)
+			dst = append(dst, ':')
+			dst = appendString(dst, m.Headers[k])
+		}
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `,"payload":"`...)
+	dst = base64.StdEncoding.AppendEncode(dst, m.Payload)
+	dst = append(dst, `","pub":`...)
+	dst = appendString(dst, pub)
+	return append(dst, `,"seq":`...)
+}
+
+// finishEnvelope appends the sequence number and closes the envelope.
+func finishEnvelope(dst []byte, seq uint64) []byte {
+	return append(strconv.AppendUint(dst, seq, 10), '}')
+}
+
+// envelopeSize estimates the length of m's envelope.
+func envelopeSize(m *handler.Message, pub string) int {
+	n := 96 + len(pub) + len(m.ID) + len(m.Key) + base64.StdEncoding.EncodedLen(len(m.Payload))
+	for k, v := range m.Headers {
+		n += len(k) + len(v) + 6
+	}
+	return n
+}
+
+// encodeEnvelope returns m's whole envelope with sequence number seq.
+func encodeEnvelope(m *handler.Message, pub string, seq uint64) []byte {
+	return finishEnvelope(appendEnvelope(make([]byte, 0, envelopeSize(m, pub)+20), m, pub), seq)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s, valid UTF-8, as a JSON string.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// envelope is a decoded envelope.
+type envelope struct {
+	id, key, pub string
+	headers      map[string]string
+	payload      []byte
+	seq          uint64
+}
+
+// decodeEnvelope fills m's ID, Key, Headers and Payload from an envelope,
+// and returns its publisher and sequence number ("" and 0 if it has none).
+// The error wraps ErrMalformedEnvelope and handler.ErrPermanent.
+func decodeEnvelope(payload []byte, m *handler.Message) (pub string, seq uint64, err error) {
+	var e envelope
+	if err := e.parse(payload); err != nil {
+		return "", 0, handler.Permanent(fmt.Errorf("%w: %w", ErrMalformedEnvelope, err))
+	}
+	m.ID, m.Key, m.Headers, m.Payload = e.id, e.key, e.headers, e.payload
+	if m.Payload == nil {
+		m.Payload = []byte{}
+	}
+	return e.pub, e.seq, nil
+}
+
+// envParser reads one JSON envelope strictly: every field known, none
+// twice, nothing after it, text valid UTF-8.
+type envParser struct {
+	b []byte
+	i int
+}
+
+func (e *envelope) parse(b []byte) error {
+	p := envParser{b: b}
+	version, haveVersion := uint64(0), false
+	var seen uint8
+	if !p.skip('{') {
+		return p.fail("want a JSON object")
+	}
+	if !p.skip('}') {
+		for {
+			name, err := p.str()
+			if err != nil {
+				return err
+			}
+			if !p.skip(':') {
+				return p.fail("want ':' after a field name")
+			}
+			bit, ok := envFields[name]
+			if !ok {
+				return fmt.Errorf("unknown field %q", name)
+			}
+			if seen&bit != 0 {
+				return fmt.Errorf("field %q given twice", name)
+			}
+			seen |= bit
+			if p.null() {
+				if name == "ferry" {
+					return p.fail("ferry is null")
+				}
+			} else {
+				switch name {
+				case "ferry":
+					version, err = p.uint()
+					haveVersion = true
+				case "id":
+					e.id, err = p.str()
+				case "key":
+					e.key, err = p.str()
+				case "pub":
+					e.pub, err = p.str()
+				case "seq":
+					e.seq, err = p.uint()
+				case "headers":
+					e.headers, err = p.headers()
+				case "payload":
+					e.payload, err = p.base64()
+				}
+				if err != nil {
+					return err
+				}
+			}
+			if p.skip(',') {
+				continue
+			}
+			if p.skip('}') {
+				break
+			}
+			return p.fail("want ',' or '}'")
+		}
+	}
+	p.ws()
+	if p.i != len(p.b) {
+		return p.fail("trailing data after the envelope")
+	}
+	switch {
+	case !haveVersion:
+		return errors.New("no ferry version field (not an envelope)")
+	case version != EnvelopeVersion:
+		return fmt.Errorf("version %d, want %d", version, EnvelopeVersion)
+	case e.id == "":
+		return errors.New("no id")
+	}
+	return nil
+}
+
+var envFields = map[string]uint8{"ferry": 1, "id": 2, "key": 4, "headers": 8, "payload": 16, "pub": 32, "seq": 64}
+
+func (p *envParser) fail(what string) error {
+	return fmt.Errorf("%s at byte %d", what, p.i)
+}
+
+func (p *envParser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+// skip consumes c, after white space, and reports whether it was there.
+func (p *envParser) skip(c byte) bool {
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+func (p *envParser) null() bool {
+	p.ws()
+	if len(p.b)-p.i >= 4 && string(p.b[p.i:p.i+4]) == "null" {
+		p.i += 4
+		return true
+	}
+	return false
+}
+
+// uint reads a non-negative integer without sign, fraction or exponent.
+func (p *envParser) uint() (uint64, error) {
+	p.ws()
+	start := p.i
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		p.i++
+	}
+	n, err := strconv.ParseUint(string(p.b[start:p.i]), 10, 64)
+	if err != nil || (p.i-start > 1 && p.b[start] == '0') {
+		return 0, p.fail("want a non-negative integer")
+	}
+	return n, nil
+}
+
+// raw reads a JSON string and returns its text still escaped, and whether
+// it has escapes.
+func (p *envParser) raw() ([]byte, bool, error) {
+	p.ws()
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return nil, false, p.fail("want a string")
+	}
+	p.i++
+	start, escaped := p.i, false
+	for p.i < len(p.b) {
+		switch c := p.b[p.i]; {
+		case c == '"':
+			s := p.b[start:p.i]
+			p.i++
+			return s, escaped, nil
+		case c == '\\':
+			escaped = true
+			p.i += 2
+		case c < 0x20:
+			return nil, false, p.fail("control character in a string")
+		default:
+			p.i++
+		}
+	}
+	return nil, false, p.fail("unterminated string")
+}
+
+// str reads a JSON string.
+func (p *envParser) str() (string, error) {
+	s, escaped, err := p.raw()
+	if err != nil {
+		return "", err
+	}
+	if !escaped {
+		if !utf8.Valid(s) {
+			return "", p.fail("string is not valid UTF-8")
+		}
+		return string(s), nil
+	}
+	out, err := unescape(s)
+	if err != nil {
+		return "", p.fail(err.Error())
+	}
+	return out, nil
+}
+
+// unescape decodes the escapes of a JSON string's text.
+func unescape(s []byte) (string, error) {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c != '\\' {
+			r, n := utf8.DecodeRune(s[i:])
+			if r == utf8.RuneError && n <= 1 {
+				return "", errors.New("string is not valid UTF-8")
+			}
+			out = append(out, s[i:i+n]...)
+			i += n
+			continue
+		}
+		if i+1 >= len(s) {
+			return "", errors.New("bad escape")
+		}
+		switch s[i+1] {
+		case '"', '\\', '/':
+			out = append(out, s[i+1])
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := hex4(s[i+2:])
+			if !ok {
+				return "", errors.New("bad \\u escape")
+			}
+			i += 6
+			if utf16.IsSurrogate(r) {
+				r2, ok := rune(0), false
+				if i+1 < len(s) && s[i] == '\\' && s[i+1] == 'u' {
+					r2, ok = hex4(s[i+2:])
+				}
+				if r = utf16.DecodeRune(r, r2); !ok || r == utf8.RuneError {
+					return "", errors.New("lone UTF-16 surrogate in a \\u escape")
+				}
+				i += 6
+			}
+			out = utf8.AppendRune(out, r)
+			continue
+		default:
+			return "", errors.New("bad escape")
+		}
+		i += 2
+	}
+	return string(out), nil
+}
+
+func hex4(s []byte) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(s[:4]), 16, 32)
+	return rune(n), err == nil
+}
+
+// headers reads an object of strings.
+func (p *envParser) headers() (map[string]string, error) {
+	if !p.skip('{') {
+		return nil, p.fail("headers: want an object")
+	}
+	h := make(map[string]string)
+	if p.skip('}') {
+		return h, nil
+	}
+	for {
+		k, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := h[k]; dup {
+			return nil, fmt.Errorf("header %q given twice", k)
+		}
+		if !p.skip(':') {
+			return nil, p.fail("headers: want ':'")
+		}
+		v, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		h[k] = v
+		if p.skip(',') {
+			continue
+		}
+		if p.skip('}') {
+			return h, nil
+		}
+		return nil, p.fail("headers: want ',' or '}'")
+	}
+}
+
+// base64 reads a string of standard base64 (the encoding of a JSON []byte).
+func (p *envParser) base64() ([]byte, error) {
+	s, escaped, err := p.raw()
+	if err != nil {
+		return nil, err
+	}
+	if escaped {
+		u, err := unescape(s)
+		if err != nil {
+			return nil, p.fail(err.Error())
+		}
+		s = []byte(u)
+	}
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
+	n, err := base64.StdEncoding.Decode(out, s)
+	if err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	return out[:n], nil
+}
