@@ -76,9 +76,17 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	consumer := "iot-edge-" + cfg.Site
 	dlq := mqtt.DLQTopic("iot-readings-" + cfg.Site)
 
-	// The edge's MQTT connection: raw readings, Key = the device ID (topic
-	// level 3), ID = a hash of topic and payload (the default).
-	edgeURL, err := withQuery(cfg.Broker, "key", "level:3")
+	// The edge's MQTT connection: raw readings (format=raw: devices send
+	// bare JSON, not Ferry's envelope), Key = the device ID (topic level 3),
+	// ID = a hash of topic and payload (the default for raw payloads).
+	edgeURL, err := withQuery(cfg.Broker, "format", "raw")
+	if err != nil {
+		return sum, err
+	}
+	if edgeURL, err = withQuery(edgeURL, "key", "level:3"); err != nil {
+		return sum, err
+	}
+	sensorsURL, err := withQuery(cfg.Broker, "format", "raw")
 	if err != nil {
 		return sum, err
 	}
@@ -98,7 +106,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 		return sum, fmt.Errorf("upstream: %w", err)
 	}
 	defer upT.Close(context.WithoutCancel(ctx))
-	sensors, err := transport.Open(openCtx, cfg.Broker) // the devices' own connection
+	sensors, err := transport.Open(openCtx, sensorsURL) // the devices' own connection
 	if err != nil {
 		return sum, err
 	}
