@@ -25,7 +25,11 @@ var ErrMalformedEnvelope = errors.New("mqtt: malformed envelope")
 // The envelope is a JSON object (see the package documentation, "Wire
 // format"):
 //
-//	{"ferry":1,"id":"evt-1","key":"device-7","headers":{"k":"v"},"payload":"<base64>","pub":"<publisher>","seq":42}
+//	{"ferry":1,"id":"evt-1","key":"device-7","headers":{"k":"v"},"text":"{\"order\":42}","pub":"<publisher>","seq":42}
+//
+// The payload is "text", a JSON string, when it is valid UTF-8 (JSON
+// documents, the common case: readable, and smaller than base64), or else
+// "payload", standard base64.
 //
 // This file writes it without reflection and reads it with a strict
 // parser of its own: both run once per message.
@@ -83,9 +87,15 @@ func appendEnvelope(dst []byte, m *handler.Message, pub string) []byte {
 		}
 		dst = append(dst, '}')
 	}
-	dst = append(dst, `,"payload":"`...)
-	dst = base64.StdEncoding.AppendEncode(dst, m.Payload)
-	dst = append(dst, `","pub":`...)
+	if utf8.Valid(m.Payload) {
+		dst = append(dst, `,"text":`...)
+		dst = appendString(dst, m.Payload)
+	} else {
+		dst = append(dst, `,"payload":"`...)
+		dst = base64.StdEncoding.AppendEncode(dst, m.Payload)
+		dst = append(dst, '"')
+	}
+	dst = append(dst, `,"pub":`...)
 	dst = appendString(dst, pub)
 	return append(dst, `,"seq":`...)
 }
@@ -112,16 +122,18 @@ func encodeEnvelope(m *handler.Message, pub string, seq uint64) []byte {
 const hexDigits = "0123456789abcdef"
 
 // appendString appends s, valid UTF-8, as a JSON string.
-func appendString(dst []byte, s string) []byte {
+func appendString[T string | []byte](dst []byte, s T) []byte {
 	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
+	for i := 0; ; i++ {
+		start := i
+		for i < len(s) && !stopString[s[i]] {
+			i++
 		}
 		dst = append(dst, s[start:i]...)
-		switch c {
+		if i == len(s) {
+			return append(dst, '"')
+		}
+		switch c := s[i]; c {
 		case '"', '\\':
 			dst = append(dst, '\\', c)
 		case '\n':
@@ -133,27 +145,26 @@ func appendString(dst []byte, s string) []byte {
 		default:
 			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 		}
-		start = i + 1
 	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
 
 // envelope is a decoded envelope.
 type envelope struct {
-	id, key, pub string
-	headers      map[string]string
-	payload      []byte
-	seq          uint64
+	id, key string
+	pub     []byte // in the envelope's bytes
+	headers map[string]string
+	payload []byte
+	seq     uint64
 }
 
 // decodeEnvelope fills m's ID, Key, Headers and Payload from an envelope,
-// and returns its publisher and sequence number ("" and 0 if it has none).
-// The error wraps ErrMalformedEnvelope and handler.ErrPermanent.
-func decodeEnvelope(payload []byte, m *handler.Message) (pub string, seq uint64, err error) {
+// and returns its publisher (a slice of payload, nil if none) and
+// sequence number (0 if none). The error wraps ErrMalformedEnvelope and
+// handler.ErrPermanent.
+func decodeEnvelope(payload []byte, m *handler.Message) (pub []byte, seq uint64, err error) {
 	var e envelope
 	if err := e.parse(payload); err != nil {
-		return "", 0, handler.Permanent(fmt.Errorf("%w: %w", ErrMalformedEnvelope, err))
+		return nil, 0, handler.Permanent(fmt.Errorf("%w: %w", ErrMalformedEnvelope, err))
 	}
 	m.ID, m.Key, m.Headers, m.Payload = e.id, e.key, e.headers, e.payload
 	if m.Payload == nil {
@@ -178,42 +189,53 @@ func (e *envelope) parse(b []byte) error {
 	}
 	if !p.skip('}') {
 		for {
-			name, err := p.str()
+			raw, escaped, err := p.raw()
 			if err != nil {
 				return err
+			}
+			if escaped {
+				u, err := unescape(raw)
+				if err != nil {
+					return p.fail(err.Error())
+				}
+				raw = []byte(u)
 			}
 			if !p.skip(':') {
 				return p.fail("want ':' after a field name")
 			}
-			bit, ok := envFields[name]
-			if !ok {
-				return fmt.Errorf("unknown field %q", name)
+			f := envField(raw)
+			if f == 0 {
+				return fmt.Errorf("unknown field %q", raw)
 			}
-			if seen&bit != 0 {
-				return fmt.Errorf("field %q given twice", name)
+			if seen&f != 0 {
+				return fmt.Errorf("field %q given twice", raw)
 			}
-			seen |= bit
+			seen |= f
 			if p.null() {
-				if name == "ferry" {
+				if f == fieldFerry {
 					return p.fail("ferry is null")
 				}
 			} else {
-				switch name {
-				case "ferry":
+				switch f {
+				case fieldFerry:
 					version, err = p.uint()
 					haveVersion = true
-				case "id":
+				case fieldID:
 					e.id, err = p.str()
-				case "key":
+				case fieldKey:
 					e.key, err = p.str()
-				case "pub":
-					e.pub, err = p.str()
-				case "seq":
+				case fieldPub:
+					var b []byte
+					b, err = p.plain()
+					e.pub = b
+				case fieldSeq:
 					e.seq, err = p.uint()
-				case "headers":
+				case fieldHeaders:
 					e.headers, err = p.headers()
-				case "payload":
+				case fieldPayload:
 					e.payload, err = p.base64()
+				case fieldText:
+					e.payload, err = p.text()
 				}
 				if err != nil {
 					return err
@@ -239,11 +261,47 @@ func (e *envelope) parse(b []byte) error {
 		return fmt.Errorf("version %d, want %d", version, EnvelopeVersion)
 	case e.id == "":
 		return errors.New("no id")
+	case seen&fieldText != 0 && seen&fieldPayload != 0:
+		return errors.New("both text and payload")
 	}
 	return nil
 }
 
-var envFields = map[string]uint8{"ferry": 1, "id": 2, "key": 4, "headers": 8, "payload": 16, "pub": 32, "seq": 64}
+// The envelope's fields, as bits of a set.
+const (
+	fieldFerry uint8 = 1 << iota
+	fieldID
+	fieldKey
+	fieldHeaders
+	fieldPayload
+	fieldPub
+	fieldSeq
+	fieldText
+)
+
+// envField returns name's bit, or 0 for a field the envelope does not
+// have.
+func envField(name []byte) uint8 {
+	switch string(name) { // no allocation
+	case "ferry":
+		return fieldFerry
+	case "id":
+		return fieldID
+	case "key":
+		return fieldKey
+	case "headers":
+		return fieldHeaders
+	case "payload":
+		return fieldPayload
+	case "pub":
+		return fieldPub
+	case "seq":
+		return fieldSeq
+	case "text":
+		return fieldText
+	}
+	return 0
+}
 
 func (p *envParser) fail(what string) error {
 	return fmt.Errorf("%s at byte %d", what, p.i)
@@ -293,31 +351,63 @@ func (p *envParser) uint() (uint64, error) {
 	return n, nil
 }
 
+// stopString marks the bytes that end the plain run of a JSON string:
+// the closing quote, an escape, and control characters (not allowed).
+var stopString = func() (t [256]bool) {
+	for c := range 0x20 {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
+
 // raw reads a JSON string and returns its text still escaped, and whether
-// it has escapes.
+// it has escapes. It runs over every byte of the payload, so it keeps its
+// position in a local.
 func (p *envParser) raw() ([]byte, bool, error) {
 	p.ws()
-	if p.i >= len(p.b) || p.b[p.i] != '"' {
+	b, i := p.b, p.i
+	if i >= len(b) || b[i] != '"' {
 		return nil, false, p.fail("want a string")
 	}
-	p.i++
-	start, escaped := p.i, false
-	for p.i < len(p.b) {
-		switch c := p.b[p.i]; {
-		case c == '"':
-			s := p.b[start:p.i]
-			p.i++
-			return s, escaped, nil
-		case c == '\\':
+	i++
+	start, escaped := i, false
+	for {
+		for i < len(b) && !stopString[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			p.i = i
+			return nil, false, p.fail("unterminated string")
+		}
+		switch b[i] {
+		case '"':
+			p.i = i + 1
+			return b[start:i], escaped, nil
+		case '\\':
 			escaped = true
-			p.i += 2
-		case c < 0x20:
-			return nil, false, p.fail("control character in a string")
+			i += 2
 		default:
-			p.i++
+			p.i = i
+			return nil, false, p.fail("control character in a string")
 		}
 	}
-	return nil, false, p.fail("unterminated string")
+}
+
+// plain reads a JSON string without escapes, valid UTF-8, as a slice of
+// the input (the publisher ID, which the gap tracker looks up without
+// allocating).
+func (p *envParser) plain() ([]byte, error) {
+	s, escaped, err := p.raw()
+	switch {
+	case err != nil:
+		return nil, err
+	case escaped:
+		return nil, p.fail("pub: escapes are not allowed")
+	case !utf8.Valid(s):
+		return nil, p.fail("string is not valid UTF-8")
+	}
+	return s, nil
 }
 
 // str reads a JSON string.
@@ -436,6 +526,24 @@ func (p *envParser) headers() (map[string]string, error) {
 		}
 		return nil, p.fail("headers: want ',' or '}'")
 	}
+}
+
+// text reads a JSON string as bytes.
+func (p *envParser) text() ([]byte, error) {
+	s, escaped, err := p.raw()
+	switch {
+	case err != nil:
+		return nil, err
+	case escaped:
+		u, err := unescape(s)
+		if err != nil {
+			return nil, p.fail(err.Error())
+		}
+		return []byte(u), nil
+	case !utf8.Valid(s):
+		return nil, p.fail("string is not valid UTF-8")
+	}
+	return append(make([]byte, 0, len(s)), s...), nil
 }
 
 // base64 reads a string of standard base64 (the encoding of a JSON []byte).

@@ -19,35 +19,45 @@ package mqtt
 // it forgets them all and starts again from the next message of each.
 const maxTracked = 1 << 16
 
-// pubTopic is one publisher's messages on one topic.
-type pubTopic struct{ pub, topic string }
-
 // gapTracker remembers, per publisher and topic, the last number a stream
 // received. It is used from Receive's goroutine only.
 type gapTracker struct {
-	last map[pubTopic]uint64
+	last map[string]map[string]uint64 // publisher -> topic -> last number
+	n    int                          // entries in last
 }
 
 // see records number seq of pub on topic, and reports a gap before it.
-func (g *gapTracker) see(s *stream, pub, topic string, seq uint64, retained bool) {
-	k := pubTopic{pub, topic}
-	last, ok := g.last[k]
+// pub may be a slice of the message; it is copied only when new.
+func (g *gapTracker) see(s *stream, pub []byte, topic string, seq uint64, retained bool) {
+	topics := g.last[string(pub)] // no allocation
+	last, ok := topics[topic]
 	switch {
 	case !ok || retained:
-		if !ok && len(g.last) >= maxTracked {
-			clear(g.last)
+		if !ok {
+			if g.n >= maxTracked {
+				clear(g.last)
+				g.n, topics = 0, nil
+			}
+			if topics == nil {
+				if g.last == nil {
+					g.last = make(map[string]map[string]uint64)
+				}
+				topics = make(map[string]uint64)
+				g.last[string(pub)] = topics
+			}
+			g.n++
 		}
-		g.last[k] = seq
+		topics[topic] = seq
 	case seq <= last: // a redelivery
 	case seq == last+1:
-		g.last[k] = seq
+		topics[topic] = seq
 	default:
 		n := seq - last - 1
-		g.last[k] = seq
+		topics[topic] = seq
 		s.t.missing.Add(int64(n))
 		s.log.Error("mqtt: messages missing: the broker did not deliver them to this session. "+
 			"Mosquitto drops messages beyond max_queued_messages (1000 by default) for a session that is away or behind: "+
 			"raise it (0 = no limit) in mosquitto.conf",
-			"topic", topic, "publisher", pub, "after_seq", last, "next_seq", seq, "missing", n)
+			"topic", topic, "publisher", string(pub), "after_seq", last, "next_seq", seq, "missing", n)
 	}
 }

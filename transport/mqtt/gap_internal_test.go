@@ -20,7 +20,7 @@ func (c *countHandler) WithGroup(string) slog.Handler      { return c }
 // are not gaps; a jump is, counted exactly, per publisher and topic.
 func TestGapTracker(t *testing.T) {
 	logs := &countHandler{}
-	s := &stream{t: &Transport{}, log: slog.New(logs), gaps: gapTracker{last: make(map[pubTopic]uint64)}}
+	s := &stream{t: &Transport{}, log: slog.New(logs)}
 	for _, c := range []struct {
 		pub, topic string
 		seq        uint64
@@ -39,7 +39,7 @@ func TestGapTracker(t *testing.T) {
 		{"p", "b", 51, false, 3}, // next
 		{"q", "a", 12, false, 5}, // 10, 11 missing
 	} {
-		s.gaps.see(s, c.pub, c.topic, c.seq, c.retained)
+		s.gaps.see(s, []byte(c.pub), c.topic, c.seq, c.retained)
 		if got := s.t.missing.Load(); got != c.missing {
 			t.Fatalf("after %+v: missing %d, want %d", c, got, c.missing)
 		}

@@ -116,14 +116,14 @@ func TestInteropMosquittoSub(t *testing.T) {
 		ID      string            `json:"id"`
 		Key     string            `json:"key"`
 		Headers map[string]string `json:"headers"`
-		Payload []byte            `json:"payload"`
+		Text    string            `json:"text"`
 		Pub     string            `json:"pub"`
 		Seq     uint64            `json:"seq"`
 	}
 	if err := json.Unmarshal([]byte(lines[1]), &e); err != nil {
 		t.Fatalf("envelope %q is not JSON: %v", lines[1], err)
 	}
-	if e.Ferry != 1 || e.ID != "e1" || e.Key != "dev-a" || e.Headers["trace"] != "t1" || string(e.Payload) != "hi" || e.Pub == "" || e.Seq != 1 {
+	if e.Ferry != 1 || e.ID != "e1" || e.Key != "dev-a" || e.Headers["trace"] != "t1" || e.Text != "hi" || e.Pub == "" || e.Seq != 1 {
 		t.Errorf("envelope = %+v", e)
 	}
 }

@@ -67,7 +67,6 @@ func newStream(t *Transport, sub transport.Subscription, p plan, id string) *str
 		first:    make(chan error, 1),
 		log:      t.cfg.logger.With("client_id", id, "filter", p.filter),
 		own:      newClaim(id),
-		gaps:     gapTracker{last: make(map[pubTopic]uint64)},
 	}
 }
 
@@ -244,7 +243,7 @@ func (s *stream) prepare(ctx context.Context, d *delivery) (bool, error) {
 		d.q.ack(d)
 		return false, nil
 	}
-	if pub != "" && seq != 0 && !s.shared {
+	if len(pub) > 0 && seq != 0 && !s.shared {
 		s.gaps.see(s, pub, topic, seq, d.pm.Retained())
 	}
 	return true, nil
