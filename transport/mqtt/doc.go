@@ -1,49 +1,61 @@
 // Package mqtt is the Ferry transport for MQTT 3.1.1 brokers (Mosquitto 2
 // and compatible), on github.com/eclipse/paho.mqtt.golang: QoS 1 publishes
 // confirmed by PUBACK, subscriptions on persistent sessions with manual
-// acks in arrival order, shared subscriptions for groups, raw device
-// payloads by default, an opt-in envelope, and a built DLQ topic.
+// acks in arrival order, a JSON envelope by default so that Message.ID,
+// Key and Headers arrive as published, raw device payloads as an opt-in,
+// and a built DLQ topic.
 //
 // Programs pick it with a blank import and a URL, or build it with [New]:
 //
 //	import _ "github.com/ferrymq/ferry/transport/mqtt"
-//	t, err := transport.Open(ctx, "mqtt://127.0.0.1:1883?client_id=edge-1")
+//	t, err := transport.Open(ctx, "mqtt://127.0.0.1:1883")
+//
+//	t, err := mqtt.New(ctx, "mqtt://127.0.0.1:1883?format=raw&key=level:3", mqtt.WithLogger(log))
 //
 // The page docs/transports/mqtt.md explains when MQTT fits, and the
-// Mosquitto settings that matter (max_queued_messages above all).
+// Mosquitto settings that matter: max_queued_messages above all, since
+// Mosquitto drops what a session has queued beyond it (1000 by default).
 //
 // # URLs
 //
 // mqtt://[user:password@]host[:port] connects over TCP (port 1883 by
 // default); mqtts://… over TLS (port 8883 by default, system roots unless
-// ca is given). Query keys, each mapping to one option:
+// ca is given). Query keys, each mapping to one option (typed options
+// given to New apply after the URL's):
 //
-//   - client_id: the publishing connection's client ID ([ClientID]; default
+//   - format=envelope|raw: [PayloadFormat] (default envelope)
+//   - id=hash|json:<field>: [IDFrom], raw only (default hash; json falls
+//     back to hash)
+//   - key=topic|level:<n>|json:<field>: [KeyFrom], raw only (default topic)
+//   - client_id: the publishing connection's client ID, and the suffix of
+//     this process's shared-subscription members ([ClientID]; default
 //     "ferry-pub-" and a random suffix)
 //   - keepalive: [KeepAlive] (default 30s); connect_timeout:
 //     [ConnectTimeout] (default 10s); reconnect_max:
 //     [MaxReconnectInterval] (default 10s)
-//   - ca, cert, key_file: PEM files for TLS ([CAFile], [ClientCert])
+//   - ca, cert and key_file: PEM files for TLS ([CAFile], [ClientCert])
 //   - retain=true: publish retained ([Retain]; default false)
-//   - format=raw|envelope: [PayloadFormat] (default raw)
-//   - id=hash|json:<field>: [IDFrom] (default hash; json falls back to hash)
-//   - key=topic|level:<n>|json:<field>: [KeyFrom] (default topic)
 //   - max_payload: [MaxPayload] in bytes (default 1048576)
 //   - dlq_prefix: [DLQPrefix] (default "ferry/dlq/")
 //   - remove_sessions=true: [RemoveSessionsOnClose]
 //
-// The user information gives [Credentials]. An unknown key is an error
-// that names it; passwords never appear in errors or logs.
+// The user information gives [Credentials]. An unknown or repeated key is
+// an error that names it; passwords never appear in errors or logs.
+// Subscription.Options take "share" ([OptionShare]) and "dlq"
+// ([OptionDLQ]).
 //
 // # Delivery semantics
 //
-// Every stream declares the same [transport.Semantics]:
+// A stream declares this [transport.Semantics] ([Transport.Declare] says
+// it before Subscribe):
 //
-//   - Ordering per-topic: within one session, the messages of one topic
-//     arrive in publish order (MQTT's ordered-topic guarantee). Across the
-//     topics of a wildcard there is no order, and in a shared subscription
-//     each member sees its share in order. The default Key is the topic, so
-//     the Router's per-key order is the topic's order.
+//   - Ordering per-topic: a group is one persistent session, and within a
+//     session the messages of one topic arrive in publish order (MQTT's
+//     ordered-topic guarantee). Across the topics of a wildcard there is no
+//     order. The envelope carries the Key, so the Router keeps per-key
+//     order with concurrency across keys. A shared subscription
+//     (share=true) declares Ordering none, with an OrderingHint naming
+//     share=false: its members split each topic between them.
 //   - Ack in-order: MQTT 3.1.1 requires PUBACKs in the order the messages
 //     arrived, so the stream holds a message's PUBACK until every earlier
 //     message of its connection is acked. Acks are sent as soon as they are
@@ -55,63 +67,92 @@
 //     Nack is unsupported: it returns an error wrapping
 //     errors.ErrUnsupported and leaves the delivery unsettled. The Router
 //     then re-runs the message in process after the delay, with its key
-//     held; retry middleware and dead-lettering bound that. An unsettled
-//     delivery holds back the PUBACKs after it until a reconnect.
-//   - FanOut true: every group (a shared subscription $share/<group>/…, or
-//     a plain persistent session) receives every message of the topic.
+//     held; retry middleware and dead-lettering bound that. An Ack of a
+//     delivery whose connection is gone returns an error wrapping
+//     [transport.ErrRevoked]: the broker redelivers it.
+//   - FanOut true: every group (one session, or one shared subscription)
+//     receives every message of the topic.
 //   - NackDelay, Attempts, Extend, NativeDLQ and Replay are false: MQTT has
 //     no delayed redelivery, no delivery count (Facts.Attempt is 1, or 2
 //     for a message the broker flags as a duplicate), no leases, no DLQ
 //     and no history beyond a topic's retained message.
-//   - Headers is true only with [Envelope].
+//   - Headers is true with the envelope (the default), false with raw.
 //   - MaxPayload is [MaxPayload] (1 MiB by default).
 //   - RedeliveryDelay is 0: redelivery happens as the session reconnects.
 //
-// Each subscription has a connection and a persistent session (clean
-// session false) of its own, named by its client ID (Subscription.Consumer,
-// or one derived from Group and Topic), at QoS 1. The broker queues the
-// session's messages while it is away (subject to Mosquitto's
-// max_queued_messages, 1000 by default, beyond which it DROPS them), and
-// redelivers what it had not acked. A Group makes a shared subscription,
-// $share/<group>/<topic>: members split the messages. Mosquitto 2.0 does
-// not persist shared subscriptions: after a broker restart, messages
-// published before the members resubscribe are dropped (a plain
-// subscription's session keeps them). A group with one consumer that must
-// not lose them sets the subscription option share=false. After a lost
-// connection the stream reconnects with backoff (1s doubling up to
-// [MaxReconnectInterval]) and subscribes again.
+// # Sessions and client IDs
 //
-// Publish waits for the PUBACK. While the connection is down it waits for
-// the reconnect, bounded by its context: if the context ends first nothing
-// was sent and the error wraps [ErrNotConnected]; if it ends after the
-// message was handed to the connection, the error wraps
-// [transport.ErrUnknownOutcome].
+// Each subscription has a connection and a persistent session (clean
+// session false) of its own at QoS 1, named by its client ID:
+// Subscription.Consumer, or one derived from Group and Topic, stable across
+// restarts. The broker queues the session's messages while it is away and
+// redelivers what it had not acked, across a broker restart too (with
+// Mosquitto's persistence on). By default a Group is that one session;
+// share=true makes it a shared subscription, $share/<group>/<topic>, whose
+// members each have a session: Mosquitto 2.0 does not keep shared
+// subscriptions across its restart, so messages published after a restart
+// and before the members subscribe again are lost for the group.
+//
+// Two live connections with one client ID take the session from each
+// other at the broker. Within a Transport, Subscribe refuses a client ID
+// one of its streams holds. Across Transports and processes, each stream
+// publishes a claim (retained, on ferry/session/<hash of the client ID>)
+// before it connects and watches that topic: a stream that sees a newer
+// claim logs it at level Error, stops without reconnecting, and returns
+// [ErrTakenOver] (an [transport.ErrRevoked]) from Receive and from the
+// settles of what it held. The newer stream keeps the session and gets the
+// unacked messages. [Transport.RemoveSession] clears a claim with its
+// session.
+//
+// After a lost connection a stream reconnects (1s, doubling up to
+// [MaxReconnectInterval]) and subscribes again; a subscription the broker
+// then refuses is reported by Receive, which tries again on its next call.
+//
+// # Messages the broker drops
+//
+// Mosquitto keeps at most max_queued_messages (1000 by default) QoS 1
+// messages for a session beyond its in-flight window, and drops the rest
+// silently, for a consumer that is away or merely behind. Ferry cannot
+// change the broker's configuration, but it sees the loss: every envelope
+// carries its publisher's ID and a sequence number per topic, and a stream
+// that is its session's only consumer logs each gap at level Error and
+// counts it in [Transport.Missing]. Raw payloads and shared subscriptions
+// cannot see gaps.
 //
 // # Wire format
 //
-// Raw (the default): the MQTT payload is Message.Payload, byte for byte;
-// the topic is Message.Topic. Nothing else travels. A subscriber computes
-// Message.ID with [IDFrom] ([ContentHash] of topic and payload by default,
-// or a JSON field) and Message.Key with [KeyFrom] (the topic by default, a
-// topic level, or a JSON field). Headers are nil.
+// Envelope (the default): the payload is a JSON object,
 //
-// Envelope ([PayloadFormat](Envelope)): the payload is a JSON object,
+//	{"ferry":1,"id":"evt-1","key":"device-7","headers":{"k":"v"},"text":"{\"order\":42}","pub":"3f9c0a1b7d2e4f60","seq":42}
 //
-//	{"ferry":1,"id":"evt-1","key":"device-7","headers":{"k":"v"},"payload":"<base64>"}
+// where ferry is the format version (1); id is required; key and headers
+// are optional; the Message's Payload is text, a JSON string, when it is
+// valid UTF-8, or else payload, standard base64; pub is the publishing
+// Transport's random ID and seq its sequence number for the topic
+// (optional for other writers). Unknown or repeated fields are rejected. A
+// payload on an envelope subscription that is not a valid envelope is a
+// permanent error wrapping [ErrMalformedEnvelope]: the stream publishes
+// it, unchanged, to the subscription's DLQ with the dead-letter record
+// and acks it; the handler never sees it. Publish refuses, with
+// [ErrInvalidMessage], a Message the envelope would not carry byte for
+// byte: an empty ID, or an ID, Key or header that is not valid UTF-8.
 //
-// where ferry is the format version (1), id is required, key and headers
-// are optional, and payload is the Message's Payload in standard base64.
-// Unknown fields are rejected. A payload on an envelope subscription that
-// does not parse is a permanent error: the stream publishes it, unchanged,
-// to the subscription's DLQ with the dead-letter headers and acks it; the
-// handler never sees it.
+// Raw ([PayloadFormat](Raw), format=raw): the MQTT payload is
+// Message.Payload, byte for byte; the topic is Message.Topic. Nothing
+// else travels. A subscriber computes Message.ID with [IDFrom]
+// ([ContentHash] of topic and payload by default, or a JSON field) and
+// Message.Key with [KeyFrom] (the topic by default, a topic level, or a
+// JSON field). Headers are nil. Publish refuses, with
+// [ErrInvalidMessage], headers, and an ID or Key other than what those
+// functions compute.
 //
-// Dead letters always travel in the envelope, so that their error
-// headers do too. A DLQ is a topic, "ferry/dlq/<name>" by default
-// ([DLQTopic], [DLQPrefix]), kept by a persistent session of its own
-// ("ferry-dlq-<hash>") that Ferry creates before the first dead letter is
-// published, so that the broker keeps dead letters while nobody reads
-// them. [Transport.ListDLQ] and [Transport.ReplayDLQ] read that session.
+// Dead letters always travel in the envelope, so that their error record
+// does too. A subscription's DLQ is a topic, [Transport.DLQName]:
+// "ferry/dlq/<group>" by default ([DLQPrefix], [OptionDLQ]), kept by a
+// persistent session of its own ("ferry-dlq-<hash>") that Ferry creates
+// before the first dead letter is published, so that the broker keeps dead
+// letters while nobody reads them. [Transport.ListDLQ] and
+// [Transport.ReplayDLQ] read that session.
 //
 // # Not supported
 //
@@ -121,8 +162,6 @@
 //   - Subscription.StartAtOldest (no history) and MaxInFlight (the broker's
 //     max_inflight_messages sets the window, 20 by default in Mosquitto).
 //   - MQTT 5 features (user properties, message expiry, receive maximum).
-//   - Headers without the envelope.
-//   - Running one subscription's client ID in two processes at once: the
-//     broker lets the newer connection take over the session, and the two
-//     take turns forever. Give each process its own Subscription.Consumer.
+//   - Headers with raw payloads.
+//   - WebSocket URLs (ws://, wss://).
 package mqtt

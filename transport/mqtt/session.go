@@ -68,6 +68,29 @@ func newClaim(clientID string) sessionClaim {
 	return sessionClaim{topic: claimTopic(clientID), token: c.Claim, payload: payload}
 }
 
+// claimWait bounds how long Subscribe waits for the stream's own claim to
+// come back; it comes within milliseconds unless the broker's ACL denies
+// the claim topic.
+const claimWait = time.Second
+
+// claimDenied is logged when a stream cannot see its claim.
+const claimDenied = "mqtt: the session claim topic is not usable (an ACL?): a takeover of this session by another process will not be detected"
+
+// awaitClaim waits, after the first subscription, for s's own claim to
+// come back, and warns if it does not.
+func (s *stream) awaitClaim(ctx context.Context) error {
+	t := time.NewTimer(claimWait)
+	defer t.Stop()
+	select {
+	case <-s.ownSeen:
+	case <-t.C:
+		s.log.Warn(claimDenied, "topic", s.own.topic, "reason", "the stream's own retained claim did not come back within "+claimWait.String())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
 // claim publishes s's claim, retained, before s connects.
 func (t *Transport) claim(ctx context.Context, s *stream) error {
 	if err := t.send(ctx, s.own.topic, s.own.payload, true); err != nil {
@@ -92,7 +115,10 @@ func (s *stream) onClaim(payload []byte, retained, dup bool) {
 		return // cleared, or not a claim
 	}
 	if c.Claim == s.own.token {
-		s.own.seenOwn = true
+		if !s.own.seenOwn {
+			s.own.seenOwn = true
+			close(s.ownSeen)
+		}
 		return
 	}
 	if dup || (!retained && !s.own.seenOwn) {

@@ -39,7 +39,8 @@ type stream struct {
 	acks   *ackQueue // the current connection's ack order
 	notify chan struct{}
 
-	own       sessionClaim // this stream's claim on its session (session.go)
+	own       sessionClaim  // this stream's claim on its session (session.go)
+	ownSeen   chan struct{} // closed when the own claim first arrives
 	takenOver atomic.Bool
 	takeErr   error                 // why, set before takenOver
 	subErr    atomic.Pointer[error] // the last resubscription's failure, or nil
@@ -67,6 +68,7 @@ func newStream(t *Transport, sub transport.Subscription, p plan, id string) *str
 		first:    make(chan error, 1),
 		log:      t.cfg.logger.With("client_id", id, "filter", p.filter),
 		own:      newClaim(id),
+		ownSeen:  make(chan struct{}),
 	}
 }
 
@@ -111,7 +113,7 @@ func (s *stream) subscribe(ctx context.Context) error {
 	case !granted[1]:
 		return fmt.Errorf("the broker refused the subscription to %s (SUBACK 0x80; is the filter, or $share, allowed for this client?)", s.filter)
 	case !granted[0]:
-		s.log.Warn("mqtt: the broker refused the subscription to the session claim topic: a takeover of this session by another process will not be detected", "topic", s.own.topic)
+		s.log.Warn(claimDenied, "topic", s.own.topic, "reason", "the broker refused the subscription")
 	}
 	s.subErr.Store(nil)
 	return nil

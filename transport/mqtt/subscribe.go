@@ -237,6 +237,9 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 	case <-ctx.Done():
 		return fail(ctx.Err())
 	}
+	if err := s.awaitClaim(ctx); err != nil {
+		return fail(err)
+	}
 	return s, nil
 }
 
