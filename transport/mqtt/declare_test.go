@@ -34,7 +34,7 @@ func TestDeclareMatchesStream(t *testing.T) {
 		{"consumer", env, transport.Subscription{Topic: topic, Consumer: g + "-c"}, transport.OrderPerTopic, true, mqtt.DLQTopic(g + "-c")},
 		{"share=false", env, transport.Subscription{Topic: topic, Group: g + "-f", Options: map[string]string{"share": "false"}}, transport.OrderPerTopic, true, mqtt.DLQTopic(g + "-f")},
 		{"share=true", env, transport.Subscription{Topic: topic, Group: g + "-s", Options: map[string]string{"share": "true"}}, transport.OrderNone, true, mqtt.DLQTopic(g + "-s")},
-		{"dlq option", env, transport.Subscription{Topic: topic, Group: g + "-d", Options: map[string]string{"dlq": "dead/" + g}}, transport.OrderPerTopic, true, "dead/" + g},
+		{"dlq option", env, transport.Subscription{Topic: topic, Group: g + "-d", Options: map[string]string{"dlq": "dead/" + g + ".dlq"}}, transport.OrderPerTopic, true, "dead/" + g + ".dlq"},
 		{"raw", raw, transport.Subscription{Topic: topic, Group: g + "-r"}, transport.OrderPerTopic, false, mqtt.DLQTopic(g + "-r")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -80,6 +80,7 @@ func TestDeclareRefuses(t *testing.T) {
 		"claims topic":       {Topic: "ferry/session/#"},
 		"group wildcard":     {Topic: "a", Group: "g+"},
 		"empty dlq":          {Topic: "a", Options: map[string]string{"dlq": ""}},
+		"dlq not a DLQ":      {Topic: "a", Options: map[string]string{"dlq": "dead/letters"}},
 	} {
 		_, err := tr.Declare(sub)
 		if !errors.Is(err, transport.ErrInvalidOption) {

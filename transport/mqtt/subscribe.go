@@ -18,8 +18,8 @@ import (
 const (
 	// OptionDLQ names the DLQ topic of a subscription: where the stream
 	// sends malformed envelopes, and what [Transport.DLQName] returns for
-	// the dead-letter middleware. The default is the DLQ prefix followed by
-	// the Group.
+	// the dead-letter middleware. It must start with the DLQ prefix or end
+	// in ".dlq". The default is the DLQ prefix followed by the Group.
 	OptionDLQ = "dlq"
 
 	// OptionShare, "false" (the default) or "true", says whether a
@@ -79,8 +79,12 @@ func (t *Transport) plan(sub transport.Subscription) (plan, error) {
 		p.filter = "$share/" + sub.Group + "/" + sub.Topic
 	}
 	p.dlq = t.DLQName(sub)
-	if hasDLQ && dlq == "" {
+	switch {
+	case hasDLQ && dlq == "":
 		return p, fmt.Errorf("%w: mqtt: option %s is empty", transport.ErrInvalidOption, OptionDLQ)
+	case hasDLQ && !t.isDLQ(dlq):
+		return p, fmt.Errorf("%w: mqtt: option %s=%q: a DLQ topic starts with the DLQ prefix %q or ends in %q, so that Publish writes dead letters in the envelope, with their record",
+			transport.ErrInvalidOption, OptionDLQ, dlq, t.cfg.dlqPrefix, transport.DLQSuffix)
 	}
 	if err := validTopic(p.dlq); err != nil {
 		return p, fmt.Errorf("%w: mqtt: the DLQ topic (option %s, or the DLQ prefix and the group): %w", transport.ErrInvalidOption, OptionDLQ, err)
