@@ -47,6 +47,8 @@ type conn interface {
 	// subscribe subscribes to filters at QoS 1, bounded by ctx, and reports
 	// which ones the broker granted; err is for the request as a whole.
 	subscribe(ctx context.Context, filters []string) (granted []bool, err error)
+	// unsubscribe ends subscriptions, bounded by ctx.
+	unsubscribe(ctx context.Context, filters []string) error
 	// up reports whether the connection is open.
 	up() bool
 	// disconnect closes the connection, waiting at most quiesce for work
@@ -67,6 +69,10 @@ type connSpec struct {
 	// onAttempt runs before each connection attempt (the first and every
 	// reconnect), before anything is sent on the new connection.
 	onAttempt func()
+	// beforeDial runs before each attempt opens a network connection, in
+	// the attempt's goroutine; it may block, and an error ends the attempt
+	// without contacting the broker. first is true for the first attempt.
+	beforeDial func(first bool) error
 	// onUp runs after each successful connection, onLost after each lost
 	// one (not after disconnect).
 	onUp   func()

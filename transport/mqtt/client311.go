@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -43,6 +45,15 @@ func newConn311(t *Transport, s connSpec) *conn311 {
 	if s.onMessage != nil {
 		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { s.onMessage(m) })
 	}
+	if s.beforeDial != nil {
+		var dialed atomic.Bool
+		o.SetCustomOpenConnectionFn(func(uri *url.URL, opts paho.ClientOptions) (net.Conn, error) {
+			if err := s.beforeDial(!dialed.Swap(true)); err != nil {
+				return nil, err
+			}
+			return dial(uri, opts)
+		})
+	}
 	if s.onAttempt != nil {
 		o.SetConnectionAttemptHandler(func(_ *url.URL, c *tls.Config) *tls.Config {
 			s.onAttempt()
@@ -56,6 +67,19 @@ func newConn311(t *Transport, s connSpec) *conn311 {
 		o.SetConnectionLostHandler(func(_ paho.Client, err error) { s.onLost(err) })
 	}
 	return &conn311{broker: t.broker, c: paho.NewClient(o)}
+}
+
+// dial opens the network connection to a tcp:// or ssl:// server URI, as
+// paho's own opener does for those schemes.
+func dial(uri *url.URL, opts paho.ClientOptions) (net.Conn, error) {
+	d := &net.Dialer{Timeout: opts.ConnectTimeout}
+	switch uri.Scheme {
+	case "tcp":
+		return d.Dial("tcp", uri.Host)
+	case "ssl":
+		return tls.DialWithDialer(d, "tcp", uri.Host, opts.TLSConfig)
+	}
+	return nil, fmt.Errorf("mqtt: cannot dial %s URIs", uri.Scheme)
 }
 
 func (c *conn311) connect(ctx context.Context) error {
@@ -109,6 +133,16 @@ func (c *conn311) subscribe(ctx context.Context, filters []string) ([]bool, erro
 		}
 	}
 	return granted, nil
+}
+
+func (c *conn311) unsubscribe(ctx context.Context, filters []string) error {
+	tok := c.c.Unsubscribe(filters...)
+	select {
+	case <-tok.Done():
+		return tok.Error()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (c *conn311) up() bool { return c.c.IsConnectionOpen() }

@@ -66,7 +66,9 @@ type Transport struct {
 	pub     conn
 	conn    *connState
 	seqs    sync.Map // topic -> *topicSeq: envelope sequence numbers
+	claims  sync.Map // claim topic -> *stream: the session claims the publishing connection watches
 	missing atomic.Int64
+	watch   watchState // the publishing connection's watch of the claims (session.go)
 
 	closed  atomic.Bool
 	closeMu sync.Mutex
@@ -119,6 +121,7 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 		sessions: make(map[string]struct{}),
 		dlqs:     make(map[string]*dlqState),
 	}
+	t.watch.init(t.pubID)
 	id := cfg.clientID
 	if id == "" {
 		id = "ferry-pub-" + randomSuffix()
@@ -127,10 +130,15 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 		clientID:  id,
 		clean:     true,
 		reconnect: true,
+		onMessage: t.onClaimMessage,
 		onAttempt: func() { t.conn.attempts.Add(1) }, // before any publish is resent on the new connection
-		onUp:      t.conn.up,
+		onUp: func() {
+			t.conn.up()
+			t.rewatch()
+		},
 		onLost: func(err error) {
 			t.conn.down()
+			t.watch.lost()
 			t.cfg.logger.Warn("mqtt: publisher connection lost; reconnecting", "broker", t.broker, "err", err)
 		},
 	})

@@ -40,7 +40,8 @@ type stream struct {
 	notify chan struct{}
 
 	own       sessionClaim  // this stream's claim on its session (session.go)
-	ownSeen   chan struct{} // closed when the own claim first arrives
+	ownSeen   chan struct{} // closed when the own claim first comes back
+	unwatched atomic.Bool   // the claim topic is not usable: no takeover detection
 	takenOver atomic.Bool
 	takeErr   error                 // why, set before takenOver
 	subErr    atomic.Pointer[error] // the last resubscription's failure, or nil
@@ -77,9 +78,8 @@ func newStream(t *Transport, sub transport.Subscription, p plan, id string) *str
 func (s *stream) Semantics() transport.Semantics { return s.sem }
 
 // onConnect subscribes after every connection (the broker may have lost
-// the session in a restart without persistence): to the session's claim
-// topic and to the filter, in one request. The first outcome goes to
-// Subscribe. A later failure is not retried here: Receive reports it and
+// the session in a restart without persistence). The first outcome goes
+// to Subscribe. A later failure is not retried here: Receive reports it and
 // tries again when called, so that its caller owns the backoff.
 func (s *stream) onConnect() {
 	if s.takenOver.Load() {
@@ -104,16 +104,14 @@ func (s *stream) onConnect() {
 	}()
 }
 
-// subscribe subscribes the connection to the claim topic and the filter.
+// subscribe subscribes the connection to the filter.
 func (s *stream) subscribe(ctx context.Context) error {
-	granted, err := s.client.subscribe(ctx, []string{s.own.topic, s.filter})
+	granted, err := s.client.subscribe(ctx, []string{s.filter})
 	switch {
 	case err != nil:
 		return err
-	case !granted[1]:
-		return fmt.Errorf("the broker refused the subscription to %s (SUBACK 0x80; is the filter, or $share, allowed for this client?)", s.filter)
 	case !granted[0]:
-		s.log.Warn(claimDenied, "topic", s.own.topic, "reason", "the broker refused the subscription")
+		return fmt.Errorf("the broker refused the subscription to %s (SUBACK 0x80; is the filter, or $share, allowed for this client?)", s.filter)
 	}
 	s.subErr.Store(nil)
 	return nil
@@ -128,8 +126,7 @@ func (s *stream) wake() {
 
 // arrive is the client library's message handler, called in arrival order
 // from one goroutine. It must not block: it records the message's place in
-// the ack order and queues it for Receive. Session claims are handled here
-// and acked at once; other messages under the claim prefix (a "#" filter
+// the ack order and queues it for Receive. Session claims (a "#" filter
 // matches them) are acked and dropped.
 func (s *stream) arrive(pm inbound) {
 	d := &delivery{s: s, pm: pm, recv: time.Now()}
@@ -148,9 +145,6 @@ func (s *stream) arrive(pm inbound) {
 	if control {
 		d.settled.Store(true)
 		d.q.ack(d)
-		if pm.Topic() == s.own.topic {
-			s.onClaim(pm.Payload(), pm.Retained(), pm.Duplicate())
-		}
 		return
 	}
 	s.wake()
@@ -291,6 +285,7 @@ func (s *stream) shut(q time.Duration) {
 		s.t.mu.Lock()
 		delete(s.t.streams, s)
 		s.t.mu.Unlock()
+		s.t.unclaim(s, max(q, 100*time.Millisecond))
 		s.t.release(s.clientID)
 	})
 }

@@ -204,24 +204,25 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 			return nil, fmt.Errorf("mqtt: subscribe %s: %w", sub.Topic, err)
 		}
 	}
-	if err := t.claim(ctx, s); err != nil {
-		t.release(id)
-		return nil, fmt.Errorf("mqtt: subscribe %s as %s: %w", p.filter, id, err)
-	}
 	s.client = t.dial(connSpec{
-		clientID:  id,
-		clean:     false,
-		manualAck: true,
-		reconnect: true,
-		onMessage: s.arrive,
-		onAttempt: func() { s.epoch.Add(1) }, // messages from here on belong to a new connection
-		onUp:      s.onConnect,
+		clientID:   id,
+		clean:      false,
+		manualAck:  true,
+		reconnect:  true,
+		onMessage:  s.arrive,
+		onAttempt:  func() { s.epoch.Add(1) }, // messages from here on belong to a new connection
+		beforeDial: s.beforeDial,
+		onUp:       s.onConnect,
 		onLost: func(err error) {
 			if !s.takenOver.Load() {
 				s.log.Warn("mqtt: subscriber connection lost; reconnecting", "err", err)
 			}
 		},
 	})
+	if err := t.claim(ctx, s); err != nil {
+		t.release(id)
+		return nil, fmt.Errorf("mqtt: subscribe %s as %s: %w", p.filter, id, err)
+	}
 	t.mu.Lock()
 	t.streams[s] = struct{}{}
 	t.mu.Unlock()
@@ -240,9 +241,6 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 		}
 	case <-ctx.Done():
 		return fail(ctx.Err())
-	}
-	if err := s.awaitClaim(ctx); err != nil {
-		return fail(err)
 	}
 	return s, nil
 }

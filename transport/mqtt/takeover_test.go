@@ -15,12 +15,14 @@ import (
 )
 
 // TestSessionTakeover: a stream of Transport A holds a session (client ID
-// X) and an unacked message; a stream of Transport B (another process,
-// say) opens the same client ID. A sees the claim, logs one Error, stops
-// without reconnecting, and reports ErrTakenOver (an ErrRevoked) from
-// Receive and from the Ack of what it held. B keeps the session: it gets
-// the unacked message and every later one, exactly once, and is never
-// disconnected (no fight).
+// X), an unacked message, and a backlog of 300 queued behind it (which
+// would hold back a claim sent through the session itself); a stream of
+// Transport B (another process, say) opens the same client ID. A sees the
+// claim, logs one Error, stops without reconnecting, and reports
+// ErrTakenOver (an ErrRevoked) from Receive and from the Ack of what it
+// held. B keeps the session: it gets the unacked message, the backlog and
+// every later message, exactly once, and is never disconnected (no
+// fight).
 func TestSessionTakeover(t *testing.T) {
 	r := shared(t)
 	topic := "ferry-test/" + transporttest.UniqueName(t, "takeover")
@@ -46,13 +48,19 @@ func TestSessionTakeover(t *testing.T) {
 	if err != nil || held.Message().ID != "held" {
 		t.Fatalf("A: Receive = %v, %v", held, err)
 	}
+	const backlog = 300
+	for i := range backlog {
+		publish("b" + strconv.Itoa(i))
+	}
 
 	stB, err := b.Subscribe(ctx, sub)
 	if err != nil {
 		t.Fatalf("B: Subscribe: %v", err)
 	}
 	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err = stA.Receive(rctx)
+	for err == nil { // deliveries A had queued before it saw the claim come first; left unacked
+		_, err = stA.Receive(rctx)
+	}
 	rcancel()
 	if !errors.Is(err, mqtt.ErrTakenOver) || !errors.Is(err, transport.ErrRevoked) {
 		t.Fatalf("A: Receive after the takeover = %v; want ErrTakenOver and ErrRevoked", err)
@@ -68,7 +76,7 @@ func TestSessionTakeover(t *testing.T) {
 		publish("m" + strconv.Itoa(i))
 	}
 	got := map[string]int{}
-	for len(got) < 21 {
+	for len(got) < 1+backlog+20 {
 		d, err := stB.Receive(ctx)
 		if err != nil {
 			t.Fatalf("B: Receive: %v (got %v)", err, got)
@@ -96,8 +104,10 @@ func TestSessionTakeover(t *testing.T) {
 	if n := logB.count(slog.LevelWarn, "connection lost"); n != 0 {
 		t.Errorf("B's connection was lost %d times: the two streams took the session from each other", n)
 	}
-	if n := logA.count(slog.LevelWarn, "connection lost"); n != 0 {
-		t.Errorf("A logged %d lost connections after being taken over; want none (it stops)", n)
+	// A may see its connection closed by B before it sees B's claim (a
+	// loaded machine); it must not reconnect after that.
+	if n := logA.count(slog.LevelWarn, "connection lost"); n > 1 {
+		t.Errorf("A logged %d lost connections after being taken over; want at most the one B caused (it stops)", n)
 	}
 }
 
