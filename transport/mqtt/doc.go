@@ -97,12 +97,17 @@
 // other at the broker. Within a Transport, Subscribe refuses a client ID
 // one of its streams holds. Across Transports and processes, each stream
 // publishes a claim (retained, on ferry/session/<hash of the client ID>)
-// before it connects and watches that topic: a stream that sees a newer
-// claim logs it at level Error, stops without reconnecting, and returns
-// [ErrTakenOver] (an [transport.ErrRevoked]) from Receive and from the
-// settles of what it held. The newer stream keeps the session and gets the
-// unacked messages. [Transport.RemoveSession] clears a claim with its
-// session.
+// before it connects, and its Transport's publishing connection watches
+// that topic: a stream that sees a newer claim logs it at level Error,
+// stops without reconnecting, and returns [ErrTakenOver] (an
+// [transport.ErrRevoked]) from Receive and from the settles of what it
+// held. The newer stream keeps the session and gets the unacked messages.
+// Before a stream reconnects, a round trip on the publishing connection
+// makes sure it has seen any claim sent before it was disconnected.
+// [Transport.RemoveSession] clears a claim with its session. A client
+// needs the broker's permission to publish and subscribe under
+// ferry/session/; without it a stream logs a warning and runs without
+// takeover detection.
 //
 // After a lost connection a stream reconnects (1s, doubling up to
 // [MaxReconnectInterval]) and subscribes again; a subscription the broker
