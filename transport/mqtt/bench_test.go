@@ -12,6 +12,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/mqtt"
@@ -114,14 +115,8 @@ func BenchmarkDrain(b *testing.B) {
 			})); err != nil {
 				b.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			ran := make(chan error, 1)
-			go func() { ran <- rt.Run(ctx) }()
-			defer func() {
-				cancel()
-				_ = rt.Close(context.Background())
-				<-ran
-			}()
+			rr := ferrytest.Start(b, rt)
+			defer func() { _ = rr.Close(context.Background()) }()
 			return clock.wait(b, n)
 		},
 		func(n int) time.Duration {
@@ -276,21 +271,12 @@ func benchFerry(b *testing.B, r *sessionReaper, payload []byte, n int) time.Dura
 	if err := rt.Add("bench", sub, transport.Subscription{Topic: base + "+", Consumer: transporttest.UniqueName(b, "c")}, h); err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- rt.Run(ctx) }()
+	rr := ferrytest.Start(b, rt)
 	defer func() {
-		cancel()
 		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer ccancel()
-		_ = rt.Close(cctx)
-		<-ran
+		_ = rr.Close(cctx)
 	}()
-	select {
-	case <-rt.Ready():
-	case err := <-ran:
-		b.Fatalf("Router.Run: %v", err)
-	}
 	topics := benchTopicNames(base)
 	start := time.Now()
 	parallel(n, func(i int) error {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/transport"
@@ -53,7 +54,7 @@ func TestRouterDeadLettersToDLQName(t *testing.T) {
 	if err := rt.Add(name, tr, sub, mw(h)); err != nil {
 		t.Fatal(err)
 	}
-	runRouter(t, rt)
+	ferrytest.Start(t, rt)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -3,9 +3,12 @@ package mqtt_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/mqtt"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -92,5 +95,27 @@ func TestDeclareRefuses(t *testing.T) {
 		if !errors.Is(serr, transport.ErrInvalidOption) {
 			t.Errorf("%s: Subscribe = %v; want ErrInvalidOption", name, serr)
 		}
+	}
+}
+
+// TestRouterRefusesOrderOnShared: the Router refuses, at Add, per-key
+// order on a shared subscription, quoting the option that keeps order; on
+// the default subscription it accepts it.
+func TestRouterRefusesOrderOnShared(t *testing.T) {
+	r := shared(t)
+	tr := r.open(t)
+	h := handler.HandlerFunc(func(context.Context, *handler.Message) error { return nil })
+	rt, err := ferry.NewRouter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := transport.Subscription{Topic: "ferry-test/shared-order", Options: map[string]string{mqtt.OptionShare: "true"}}
+	err = rt.Add("shared", tr, sub, h, ferry.PerKey())
+	if !errors.Is(err, transport.ErrInvalidOption) || !strings.Contains(err.Error(), "share=false") {
+		t.Errorf("Add(PerKey) on share=true = %v; want ErrInvalidOption quoting share=false", err)
+	}
+	sub.Options = nil
+	if err := rt.Add("default", tr, sub, h, ferry.PerKey()); err != nil {
+		t.Errorf("Add(PerKey) on the default subscription: %v", err)
 	}
 }

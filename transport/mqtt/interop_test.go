@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/mqtt"
@@ -49,7 +50,7 @@ func TestInteropMosquittoPub(t *testing.T) {
 	if err := rt.Add("interop", tr, sub, h); err != nil {
 		t.Fatal(err)
 	}
-	runRouter(t, rt)
+	ferrytest.Start(t, rt)
 
 	for i := range 5 {
 		for _, dev := range []string{"dev-a", "dev-b"} {
@@ -132,26 +133,4 @@ func TestInteropMosquittoSub(t *testing.T) {
 func port() string {
 	a := brokerAddr()
 	return a[strings.LastIndexByte(a, ':')+1:]
-}
-
-// runRouter runs rt until t ends.
-func runRouter(t testing.TB, rt *ferry.Router) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer ccancel()
-		_ = rt.Close(cctx)
-		<-done
-	})
-	select {
-	case <-rt.Ready():
-	case err := <-done:
-		t.Fatalf("Router.Run: %v", err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("Router not ready")
-	}
 }

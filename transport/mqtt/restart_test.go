@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/mqtt"
@@ -49,7 +50,7 @@ func TestBrokerRestartMidStream(t *testing.T) {
 	if err := rt.Add("restart", sub, transport.Subscription{Topic: "restart/+"}, h); err != nil {
 		t.Fatal(err)
 	}
-	runRouter(t, rt)
+	ferrytest.Start(t, rt)
 
 	var retries int
 	third, stopped := make(chan struct{}), make(chan struct{})
@@ -152,14 +153,12 @@ func TestRestartKeepsQueuedMessages(t *testing.T) {
 				})); err != nil {
 					t.Fatal(err)
 				}
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error, 1)
-				go func() { done <- rt.Run(ctx) }()
-				<-rt.Ready()
+				rr := ferrytest.Start(t, rt)
 				return func() {
-					cancel()
-					if err := <-done; err != nil {
-						t.Errorf("Run: %v", err)
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					if err := rr.Close(ctx); err != nil {
+						t.Errorf("Router.Close: %v", err)
 					}
 					closeQuietly(tr)
 				}
