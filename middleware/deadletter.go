@@ -141,12 +141,17 @@ func OnDeadLetter(fn func(dlq string, m *handler.Message, err error)) DeadLetter
 // Router's drain deadline: the message will be redelivered, not
 // dead-lettered).
 //
-// Place it outside [Retry], so that it sees only the final error; inside
-// Retry it reports [ErrMisordered]. On ordered subscriptions [Park] takes
-// the failures of keyed messages, so that a key cannot overtake its poison
-// message: put DeadLetter outside Park (it then dead-letters keyless
-// messages only); inside Park it reports [ErrMisordered]. It returns an
-// error wrapping [ErrInvalidOption] if p is nil or an option is invalid.
+// Place it outermost: outside [Retry], so that it sees only the final
+// error; outside [Dedupe], so that a dead-lettered message is released,
+// not remembered as done (its replay from the DLQ would be skipped);
+// outside [Timeout] and [Recover], so that a message that timed out or
+// panicked is dead-lettered rather than redelivered for ever. On ordered
+// subscriptions [Park] takes the failures of keyed messages, so that a key
+// cannot overtake its poison message: put DeadLetter outside Park (it then
+// dead-letters keyless messages only). Inside any of them, or inside
+// another DeadLetter, it reports [ErrMisordered] at the first message. It
+// returns an error wrapping [ErrInvalidOption] if p is nil or an option is
+// invalid.
 func DeadLetter(p transport.Publisher, opts ...DeadLetterOption) (handler.Middleware, error) {
 	c := deadLetterConfig{failureDelay: DefaultPublishFailureDelay}
 	for _, o := range opts {
@@ -172,6 +177,9 @@ func DeadLetter(p transport.Publisher, opts ...DeadLetterOption) (handler.Middle
 // publisher, or run the subscription on a transport with a native DLQ.
 var ErrNoDLQ = errors.New("middleware: no DLQ for this stream")
 
+// layerDeadLetter marks DeadLetter in the chain's scope (see order.go).
+const layerDeadLetter layer = 1 << 18
+
 type deadLetterHandler struct {
 	next  handler.Handler
 	pub   transport.Publisher
@@ -181,14 +189,10 @@ type deadLetterHandler struct {
 }
 
 func (h *deadLetterHandler) Handle(ctx context.Context, m *handler.Message) error {
-	if s, ok := ctx.Value(scopeKey{}).(*scope); ok && layer(s.bits.Load())&layerRetry != 0 {
-		return h.mis.report(h.cfg.logger(), &MisorderedError{Middleware: "dead-letter", Found: "retry",
-			Fix: "it would dead-letter after the first failure and the retries would never run; " +
-				"put DeadLetter outside Retry (middleware.Recommended does)"}, m)
-	} else if ok && layer(s.bits.Load())&layerPark != 0 {
-		return h.mis.report(h.cfg.logger(), &MisorderedError{Middleware: "dead-letter", Found: "park",
-			Fix: "it would dead-letter a failing message and let its key's later messages overtake it; " +
-				"put DeadLetter outside Park (middleware.Recommended with middleware.Parking does)"}, m)
+	ctx, outer, sc := enter(ctx, layerDeadLetter)
+	defer sc.leave(outer)
+	if outer != 0 {
+		return h.mis.report(h.cfg.logger(), deadLetterMisorder(outer), m)
 	}
 	err := h.next.Handle(ctx, m)
 	if err == nil {
@@ -221,6 +225,36 @@ func (h *deadLetterHandler) Handle(ctx context.Context, m *handler.Message) erro
 		h.cfg.onDeadLetter(dlq, dl, err)
 	}
 	return nil
+}
+
+// deadLetterMisorder says why DeadLetter must not run inside the layers
+// outer: it is the outermost middleware of this package.
+func deadLetterMisorder(outer layer) *MisorderedError {
+	switch {
+	case outer&layerRetry != 0:
+		return &MisorderedError{Middleware: "dead-letter", Found: "retry",
+			Fix: "it would dead-letter after the first failure and the retries would never run; " +
+				"put DeadLetter outside Retry (middleware.Recommended does)"}
+	case outer&layerPark != 0:
+		return &MisorderedError{Middleware: "dead-letter", Found: "park",
+			Fix: "it would dead-letter a failing message and let its key's later messages overtake it; " +
+				"put DeadLetter outside Park (middleware.Recommended with middleware.Parking does)"}
+	case outer&layerDedupe != 0:
+		return &MisorderedError{Middleware: "dead-letter", Found: "dedupe",
+			Fix: "Dedupe would remember a dead-lettered message as done and skip its replay from the DLQ; " +
+				"put DeadLetter outside Dedupe (middleware.Recommended with middleware.Deduplicate does)"}
+	case outer&layerDeadLetter != 0:
+		return &MisorderedError{Middleware: "dead-letter", Found: "dead-letter",
+			Fix: "the outer one would never see a failure; use one DeadLetter per chain"}
+	case outer&layerTimeout != 0:
+		return &MisorderedError{Middleware: "dead-letter", Found: "timeout",
+			Fix: "one deadline would span the handler and the DLQ publish: a message that used it up would be redelivered " +
+				"forever instead of dead-lettered, and a publish cut short could leave a copy in the DLQ; put DeadLetter outside Timeout"}
+	default:
+		return &MisorderedError{Middleware: "dead-letter", Found: "recover",
+			Fix: "a panic would be recovered outside DeadLetter and the message redelivered forever instead of dead-lettered; " +
+				"put DeadLetter outside Recover"}
+	}
 }
 
 // defaultDLQ is the DLQ the transport names for the message's group

@@ -266,7 +266,8 @@ func messageID(m *handler.Message) string { return m.ID }
 // dead-lettered: DeadLetter then acks it, and a later replay from the DLQ
 // (which keeps the ID) is handled, not skipped as done. (Outside
 // DeadLetter, Dedupe would see the dead-lettered message as a success and
-// mark it done, and the replay would be dropped.) Dedupe's own hand-backs
+// mark it done, and the replay would be dropped; DeadLetter reports that
+// order with [ErrMisordered].) Dedupe's own hand-backs
 // (in progress, store failures) match [ErrRedeliver], which DeadLetter lets
 // through. Dedupe inside Retry, [Timeout] or [Recover], or inside another
 // Dedupe, reports [ErrMisordered] at the first message.

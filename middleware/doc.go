@@ -52,8 +52,11 @@
 // before it is dead-lettered. [Recommended] builds all of it: with
 // [Parking] and [Deduplicate] it is DeadLetter → Park → Dedupe → Retry →
 // Timeout → Recover. Misplacing Park (inside Retry, Dedupe, Timeout,
-// Recover or another Park) or putting DeadLetter inside Park is reported
-// with [ErrMisordered] as well.
+// Recover or another Park), Dedupe (inside Retry, Timeout, Recover or
+// another Dedupe) or DeadLetter (inside any of the others: outside it,
+// Dedupe would remember a dead-lettered message as done and skip its
+// replay) is reported with [ErrMisordered] as well; [ErrMisordered] lists
+// every rule. Only Timeout and Recover may swap.
 //
 // # What each middleware reads and adds
 //

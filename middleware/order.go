@@ -12,19 +12,31 @@ import (
 )
 
 // ErrMisordered is wrapped by the error a middleware of this package returns
-// when it finds itself in the wrong place in a chain: [DeadLetter] inside
-// [Retry] (it would dead-letter after the first failure and the retries would
-// never run), [Timeout] or [Recover] outside Retry (one deadline would span
-// every attempt; a panic would escape the retry loop), Retry inside
-// another Retry (attempts would multiply), [Park] inside Retry, Dedupe,
-// Timeout, Recover or another Park, or DeadLetter inside Park (it would
-// let a failing key's later messages overtake it).
+// when it finds itself in the wrong place in a chain. The one right order,
+// outermost first, is
 //
-// It is detected when the first message runs through the chain. The message
-// is not handled and not dead-lettered: the error reaches the Router, which
-// Nacks the message with a delay of [MisorderedDelay], so nothing is lost
-// while the chain is fixed. The error is also logged once per middleware at
-// error level. Build the chain with [Recommended] to avoid it.
+//	DeadLetter → Park → Dedupe → Retry → Timeout → Recover → handler
+//
+// (Timeout and Recover may swap), any of them left out, and every other
+// order is refused: [DeadLetter] inside any of the others or inside another
+// DeadLetter (inside Retry it would dead-letter after the first failure and
+// the retries would never run; inside Park it would let a failing key's
+// later messages overtake it; inside [Dedupe] the dead-lettered message
+// would be remembered as done and its replay from the DLQ skipped; inside
+// Timeout or Recover a message that timed out or panicked would loop
+// instead of being dead-lettered), [Timeout] or [Recover] outside [Retry]
+// (one deadline would span every attempt; a panic would escape the retry
+// loop), Retry inside another Retry (attempts would multiply), [Park]
+// inside Retry, Dedupe, Timeout, Recover or another Park, and Dedupe inside
+// Retry, Timeout, Recover or another Dedupe.
+//
+// It is detected when the first message runs through the chain, before the
+// handler runs: each middleware checks, on entry, which of the others are
+// outside it. The message is not handled and not dead-lettered: the error
+// reaches the Router, which Nacks the message with a delay of
+// [MisorderedDelay], so nothing is lost while the chain is fixed. The error
+// is also logged once per middleware at error level. Build the chain with
+// [Recommended] to avoid it.
 var ErrMisordered = errors.New("middleware: misordered chain")
 
 // MisorderedDelay is the redelivery delay asked for a message refused by a
