@@ -227,6 +227,47 @@ func TestDedupe_misordered(t *testing.T) {
 	}
 }
 
+// A key another consumer holds is handed back with a delay that runs to
+// the end of the holder's lease, so that the message comes back once, when
+// the key can be claimed (or is done), not every few milliseconds while
+// the lease runs; MaxInProgressDelay caps it.
+func TestDedupe_inProgressWaitsForLease(t *testing.T) {
+	const lease = 10 * time.Second
+	store := memStore(t, memstore.Lease(lease))
+	held, err := store.Claim(context.Background(), "evt-1")
+	if err != nil || held.State != idempotency.New {
+		t.Fatalf("the other consumer's claim = %+v, %v", held, err)
+	}
+	for name, tc := range map[string]struct {
+		opts     []middleware.DedupeOption
+		min, max time.Duration
+	}{
+		"to the lease's end": {nil, lease - 2*time.Second, lease},
+		"capped":             {[]middleware.DedupeOption{middleware.MaxInProgressDelay(50 * time.Millisecond)}, 50 * time.Millisecond, 50 * time.Millisecond},
+	} {
+		var c countingHandler
+		var until time.Time
+		opts := append(tc.opts, middleware.OnInProgress(func(_ *handler.Message, u time.Time) { until = u }))
+		err := must(middleware.Dedupe(store, opts...))(&c).Handle(context.Background(), order(t, "orders", "evt-1", "o-1"))
+		var ip *middleware.InProgressError
+		d, ok := handler.RetryDelay(err)
+		if !errors.As(err, &ip) || !errors.Is(err, middleware.ErrRedeliver) || !ok || c.count("evt-1") != 0 {
+			t.Fatalf("%s: err %v (delay %s), %d calls; want an InProgressError with a delay and no call", name, err, d, c.count("evt-1"))
+		}
+		if d < tc.min || d > tc.max {
+			t.Errorf("%s: handed back with a delay of %s, want within [%s, %s]: the holder's lease ends in %s",
+				name, d, tc.min, tc.max, time.Until(ip.Until).Round(time.Millisecond))
+		}
+		if !near(ip.Until, held.Until) || !near(until, held.Until) {
+			t.Errorf("%s: in progress until %v (hook %v), want the holder's lease end %v", name, ip.Until, until, held.Until)
+		}
+	}
+}
+
+// near reports whether a and b are within 50ms: the store reports a lease's
+// end as the time left, read again on each claim.
+func near(a, b time.Time) bool { return a.Sub(b).Abs() <= 50*time.Millisecond }
+
 func TestDedupe_invalidOptions(t *testing.T) {
 	for name, opts := range map[string][]middleware.DedupeOption{
 		"nil key":          {middleware.DedupeKey(nil)},

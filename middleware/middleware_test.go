@@ -85,6 +85,63 @@ func TestRetry_retryAfterOverridesDelay(t *testing.T) {
 	}
 }
 
+// The waits between attempts: exponential from Backoff's initial value,
+// capped at its max, each drawn with full jitter from zero to that value
+// (so that many failing keys do not retry in step); a RetryAfter delay
+// replaces the drawn wait exactly.
+func TestRetry_waits(t *testing.T) {
+	t.Run("fullJitter", func(t *testing.T) {
+		const n = 40
+		var waits []time.Duration
+		h := must(middleware.Retry(middleware.Backoff(time.Millisecond, 4*time.Millisecond),
+			middleware.MaxAttempts(n+1), middleware.MaxElapsed(0),
+			middleware.OnRetry(func(_ *handler.Message, _ error, wait time.Duration) { waits = append(waits, wait) })))(
+			failing(&recorder{}, errors.New("db down")))
+		if err := h.Handle(context.Background(), msg(1)); !errors.Is(err, middleware.ErrExhausted) {
+			t.Fatalf("err %v, want ErrExhausted", err)
+		}
+		if len(waits) != n {
+			t.Fatalf("%d waits, want %d", len(waits), n)
+		}
+		below := 0
+		for i, w := range waits {
+			ceil := min(time.Millisecond<<i, 4*time.Millisecond)
+			if w < 0 || w > ceil {
+				t.Errorf("wait %d = %s, want within [0, %s]", i+1, w, ceil)
+			}
+			if w < ceil*9/10 {
+				below++
+			}
+		}
+		// Drawn uniformly, 9 waits in 10 fall below 90% of their ceiling
+		// (36 of 40 expected); without jitter none does. Fewer than half
+		// has a chance under 1e-10.
+		if below < n/2 {
+			t.Errorf("only %d of %d waits below 90%% of the exponential value: no full jitter (waits %v)", below, n, waits)
+		}
+	})
+	t.Run("retryAfter", func(t *testing.T) {
+		var waits []time.Duration
+		var calls atomic.Int32
+		h := must(middleware.Retry(middleware.Backoff(time.Minute, time.Hour), middleware.MaxElapsed(0),
+			middleware.OnRetry(func(_ *handler.Message, _ error, wait time.Duration) { waits = append(waits, wait) })))(
+			handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+				if calls.Add(1) < 3 {
+					return handler.RetryAfter(errors.New("429 too many requests"), 3*time.Millisecond)
+				}
+				return nil
+			}))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := h.Handle(ctx, msg(1)); err != nil || calls.Load() != 3 {
+			t.Fatalf("err %v after %d calls", err, calls.Load())
+		}
+		if !slices.Equal(waits, []time.Duration{3 * time.Millisecond, 3 * time.Millisecond}) {
+			t.Errorf("waits %v, want the RetryAfter delay (3ms) twice", waits)
+		}
+	})
+}
+
 func TestRetry_maxElapsed(t *testing.T) {
 	var rec recorder
 	h := must(middleware.Retry(middleware.MaxAttempts(1000), middleware.MaxElapsed(50*time.Millisecond),
