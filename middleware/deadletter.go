@@ -3,10 +3,16 @@ package middleware
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
@@ -135,6 +141,23 @@ func OnDeadLetter(fn func(dlq string, m *handler.Message, err error)) DeadLetter
 // back and is handled again. Nothing is lost; at worst the DLQ holds a
 // duplicate with the same ID.
 //
+// A refusal for size is not such a failure: the record's headers (about
+// ten, the error text among them) can push a message near the broker's
+// limit over it (SQS counts attributes; Kafka's max.message.bytes the
+// whole record), and handing it back would run its handlers again on
+// every redelivery. When p refuses the dead letter with an error wrapping
+// [transport.ErrTooLarge], DeadLetter publishes it with its payload cut to
+// fit instead, marked [transport.HeaderTruncated] with the original's size
+// ([transport.HeaderOriginalSize]) and SHA-256
+// ([transport.HeaderOriginalSHA256]), and logs a warning; the original is
+// acked. The first cut takes off the record's bytes and 1 KiB; each
+// further one keeps a quarter, down to no payload, and then the error text
+// is cut to 1 KiB. Recover the whole payload from the source where it keeps
+// it (the record names its topic, partition and offset). A message that
+// carries HeaderTruncated (such a dead letter, replayed) never reaches the
+// handlers: it fails at once with a permanent error wrapping
+// [ErrTruncated] and is dead-lettered again.
+//
 // DeadLetter lets three kinds of error through untouched: a hand-back for
 // delayed redelivery ([ErrRedeliver], from [Redeliver]), a misordered chain
 // ([ErrMisordered]), and any error once the call's ctx has ended (the
@@ -194,8 +217,10 @@ func (h *deadLetterHandler) Handle(ctx context.Context, m *handler.Message) erro
 	if outer != 0 {
 		return h.mis.report(h.cfg.logger(), deadLetterMisorder(outer), m)
 	}
-	err := h.next.Handle(ctx, m)
-	if err == nil {
+	var err error
+	if m.Header(transport.HeaderTruncated) != "" {
+		err = truncatedError(m)
+	} else if err = h.next.Handle(ctx, m); err == nil {
 		return nil
 	}
 	if ctx.Err() != nil || errors.Is(err, ErrRedeliver) || errors.Is(err, ErrMisordered) {
@@ -217,14 +242,111 @@ func (h *deadLetterHandler) Handle(ctx context.Context, m *handler.Message) erro
 	if dlq == "" {
 		dlq = defaultDLQ(ctx, m)
 	}
-	dl := deadLetterOf(m, dlq, err, time.Now())
-	if perr := h.pub.Publish(ctx, dl); perr != nil {
+	dl, perr := publishDeadLetter(ctx, h.pub, deadLetterOf(m, dlq, err, time.Now()), h.cfg.logger())
+	if perr != nil {
 		return handler.RetryAfter(&DeadLetterError{DLQ: dlq, Err: perr, Cause: err}, h.cfg.failureDelay)
 	}
 	if h.cfg.onDeadLetter != nil {
 		h.cfg.onDeadLetter(dlq, dl, err)
 	}
 	return nil
+}
+
+// ErrTruncated is wrapped by the permanent error [DeadLetter] gives a
+// message that carries [transport.HeaderTruncated]: a dead letter whose
+// payload was cut to fit its DLQ, replayed from there. Its payload is not
+// the original, so its handlers are not called: it is dead-lettered again,
+// still marked. Recover the original (see transport.HeaderTruncated) and
+// publish that instead.
+var ErrTruncated = errors.New("middleware: dead-letter: payload was truncated when dead-lettered")
+
+func truncatedError(m *handler.Message) error {
+	return handler.Permanent(fmt.Errorf("%w: message %s carries the first %d of %s bytes of its payload (SHA-256 %s); its handlers were not called",
+		ErrTruncated, m.ID, len(m.Payload), m.Header(transport.HeaderOriginalSize), m.Header(transport.HeaderOriginalSHA256)))
+}
+
+// Bounds of a truncated dead letter; see publishDeadLetter.
+const (
+	// truncationSlack is what the first truncated copy leaves below the
+	// original's size beyond the bytes of the failure record: brokers count
+	// headers and framing in their own ways (SQS attribute types, base64
+	// for a binary body, Kafka record varints).
+	truncationSlack = 1 << 10
+	// minTruncated is the shortest payload prefix worth keeping; below it
+	// the copy goes without a payload.
+	minTruncated = 256
+	// maxTruncatedError bounds the error text of a dead letter that is too
+	// large even without its payload.
+	maxTruncatedError = 1 << 10
+)
+
+// publishDeadLetter publishes the dead letter dl with p and returns what
+// was published. If the broker refuses it as too large (an error wrapping
+// [transport.ErrTooLarge]: the failure record pushed a message near the
+// limit over it), it publishes a copy whose payload is cut to fit, marked
+// with the truncation record (transport.HeaderTruncated, the original
+// size and SHA-256), and logs a warning: a dead letter is never refused for
+// its size alone, so the message is never redelivered for ever. The first
+// cut takes off the record's bytes and a slack; each further one keeps a
+// quarter, down to no payload at all, and then the error text is cut to
+// 1 KiB. Only a copy refused even so, or any other publish error, is
+// returned as an error.
+func publishDeadLetter(ctx context.Context, p transport.Publisher, dl *handler.Message, log *slog.Logger) (*handler.Message, error) {
+	err := p.Publish(ctx, dl)
+	if err == nil || !errors.Is(err, transport.ErrTooLarge) {
+		return dl, err
+	}
+	refused := err
+	full := dl.Payload
+	c := &handler.Message{ID: dl.ID, Key: dl.Key, Topic: dl.Topic, Headers: maps.Clone(dl.Headers)}
+	if c.Headers[transport.HeaderTruncated] == "" { // else a replayed truncated copy: keep the first record
+		sum := sha256.Sum256(full)
+		c.Headers[transport.HeaderTruncated] = "true"
+		c.Headers[transport.HeaderOriginalSize] = strconv.Itoa(len(full))
+		c.Headers[transport.HeaderOriginalSHA256] = hex.EncodeToString(sum[:])
+	}
+	record := 0
+	for _, keys := range [][]string{transport.DeadLetterHeaders, {transport.HeaderTruncated, transport.HeaderOriginalSize, transport.HeaderOriginalSHA256}} {
+		for _, k := range keys {
+			record += len(k) + len(c.Headers[k])
+		}
+	}
+	n := max(len(full)-record-truncationSlack, 0)
+	for cutError := false; ; {
+		if n < minTruncated {
+			n = 0
+		}
+		c.Payload = full[:n:n]
+		if err = p.Publish(ctx, c); err == nil {
+			log.Warn("middleware: dead-letter: the DLQ refused the dead letter as too large; dead-lettered it with its payload truncated",
+				"dlq", c.Topic, "id", c.ID, "key", c.Key, "original_size", len(full), "kept", n,
+				"sha256", c.Headers[transport.HeaderOriginalSHA256], "err", refused)
+			return c, nil
+		}
+		switch {
+		case !errors.Is(err, transport.ErrTooLarge):
+			return dl, err
+		case n > 0:
+			n /= 4
+			continue
+		case !cutError && len(c.Headers[transport.HeaderError]) > maxTruncatedError:
+			cutError = true
+			c.Headers[transport.HeaderError] = cutUTF8(c.Headers[transport.HeaderError], maxTruncatedError) + " [truncated]"
+			continue
+		}
+		return dl, err
+	}
+}
+
+// cutUTF8 returns s cut to at most n bytes, at a rune boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // deadLetterMisorder says why DeadLetter must not run inside the layers

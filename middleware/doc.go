@@ -11,7 +11,9 @@
 //   - [DeadLetter] publishes a message Retry gave up on to the subscription's
 //     DLQ ("<subscription>.dlq"), byte for byte plus the failure record in
 //     the [transport.DeadLetterHeaders], and lets the Router ack the
-//     original only once the DLQ confirmed the write.
+//     original only once the DLQ confirmed the write. A dead letter the DLQ
+//     refuses as too large goes with its payload cut to fit and marked
+//     ([transport.HeaderTruncated]), never back to the broker.
 //   - [Timeout] gives each attempt a deadline.
 //   - [Recover] turns a panic into a [handler.PanicError] with its stack,
 //     one failed attempt.

@@ -321,7 +321,7 @@ func (h *parkHandler) parked(ctx context.Context, sub string, m *handler.Message
 	if h.cfg.dlq != nil {
 		dl := deadLetterOf(m, defaultDLQ(ctx, m), herr, f.At)
 		dl.Headers[HeaderParked] = "true"
-		if err := h.cfg.dlq.Publish(ctx, dl); err != nil {
+		if _, err := publishDeadLetter(ctx, h.cfg.dlq, dl, h.cfg.logger()); err != nil {
 			h.cfg.logger().Warn("middleware: park: publishing the visibility copy to the DLQ failed; the message is safe in the lot",
 				"dlq", dl.Topic, "id", m.ID, "key", m.Key, "err", err)
 		}

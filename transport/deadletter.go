@@ -30,6 +30,22 @@ const (
 	HeaderLastFailure    = "ferry-last-failure"       // RFC 3339 with nanoseconds, UTC
 )
 
+// The truncation record, next to the dead-letter record on a dead letter
+// whose DLQ refused it as too large ([ErrTooLarge]: the record's headers
+// pushed a message near the broker's limit over it) and that was
+// dead-lettered with its payload cut to fit instead. The payload is then a
+// prefix of the original, not the original: the original can be recovered
+// where the source keeps it (a Kafka or Redis Streams log, by the record's
+// topic, partition and offset) and checked against the SHA-256. They are not
+// in [DeadLetterHeaders], so a replay keeps them, and the dead-letter
+// middleware refuses a message that carries HeaderTruncated instead of
+// handing a cut payload to a handler.
+const (
+	HeaderTruncated      = "ferry-truncated"       // "true": the payload is a prefix of the original
+	HeaderOriginalSize   = "ferry-original-size"   // the original payload's length in bytes, decimal
+	HeaderOriginalSHA256 = "ferry-original-sha256" // SHA-256 of the original payload, lower-case hex
+)
+
 // DeadLetterHeaders lists the headers of the dead-letter record. Replay
 // removes them, so that a replayed message carries exactly its original
 // headers.
