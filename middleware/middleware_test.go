@@ -123,7 +123,7 @@ func TestRetry_waits(t *testing.T) {
 	t.Run("retryAfter", func(t *testing.T) {
 		var waits []time.Duration
 		var calls atomic.Int32
-		h := must(middleware.Retry(middleware.Backoff(time.Minute, time.Hour), middleware.MaxElapsed(0),
+		h := must(middleware.Retry(middleware.Backoff(500*time.Millisecond, time.Second), middleware.MaxElapsed(0),
 			middleware.OnRetry(func(_ *handler.Message, _ error, wait time.Duration) { waits = append(waits, wait) })))(
 			handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 				if calls.Add(1) < 3 {

@@ -321,6 +321,43 @@ func TestPollingWithoutNotify(t *testing.T) {
 	waitFor(t, 5*time.Second, "polling relay to publish", func() bool { return len(rec.published()) == 2 })
 }
 
+// TestBacklogPublishedOldestFirst: a key with more pending rows than one
+// claim takes is published oldest first, claim after claim: each claim
+// takes the key's head and the rows right behind it, never newer ones.
+// TestOrdering's relays usually keep up with its writers, so a claim there
+// rarely finds more than one row of a key; here every claim does.
+func TestBacklogPublishedOldestFirst(t *testing.T) {
+	ctx := context.Background()
+	db := newPool(t, 4)
+	table := freshTable(t, db)
+	ob, _ := outbox.New(outbox.Table(table))
+	rec := newRecorder(nopPublisher{}, nil)
+	r, err := outbox.NewRelay(db, rec, outbox.Table(table), outbox.BatchSize(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []*handler.Message
+	for n := 1; n <= 8; n++ {
+		msgs = append(msgs, event("orders", "o-1", n))
+	}
+	addTx(t, db, ob, msgs...)
+	for claims := 0; ; claims++ {
+		n, err := r.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if n > 3 || claims > 8 {
+			t.Fatalf("claim %d took %d rows (BatchSize 3)", claims+1, n)
+		}
+	}
+	if got := perKey(rec.published()); got != "o-1:[o-1/e1 o-1/e2 o-1/e3 o-1/e4 o-1/e5 o-1/e6 o-1/e7 o-1/e8]" {
+		t.Fatalf("published %s; want e1..e8 in order", got)
+	}
+}
+
 // TestFailedKeyNotOvertaken: a row whose publish fails blocks the later
 // rows of its key (and only of its key) until it is published; the error
 // hook and the stats report it.

@@ -1,0 +1,54 @@
+// Package mutation proves that the core's tests can fail. It holds no code
+// that other packages use, only its tests: the mutation kit.
+//
+// A test that cannot fail proves nothing. Each mutant is one bug a change
+// could bring in, written as a source edit: in one file of one package, an
+// exact snippet (which must occur in the file exactly once) and its
+// replacement. TestMutants writes the mutated file to a temporary
+// directory, points `go test -overlay` at it, and runs the named test of
+// the package in a child process:
+//
+//	go test -overlay=<json> -run=<Run> -count=1 <package>
+//
+// The child must fail, and its output must show the mutant's Want text: the
+// test failed for the bug, not for something else (a build error fails the
+// kit, loudly). The same command without the overlay, the control, must
+// pass. Nothing in the production code knows about the kit: no hooks, no
+// build tags; the overlay replaces the file for the child's build only.
+//
+// A snippet that no longer occurs exactly once (the code moved on) fails
+// the kit with a message naming the mutant, so the kit cannot rot into
+// mutants that mutate nothing. Fix the snippet to the new code, keeping the
+// bug the same.
+//
+// The children run two at a time, and each runs one narrow test, so that
+// the kit fits in CI's two minutes on two cores. Children run with
+// FERRY_REQUIRE_BROKERS=1, so that a test cannot pass by skipping; a mutant
+// whose Requires finds its broker unreachable is skipped (failed under
+// FERRY_REQUIRE_BROKERS=1). -short skips the kit.
+//
+// # Adding mutants
+//
+// The core's mutants are in core_test.go, one [Mutant] literal each (see
+// its fields in kit_test.go). A transport's mutation coverage (issue 18)
+// goes in a file of its own here, kafka_test.go say, which registers its
+// mutants from init:
+//
+//	func init() {
+//		register("kafka", []Mutant{{
+//			Name:    "commit-before-handle",
+//			Pkg:     "./transport/kafka",
+//			File:    "transport/kafka/consumer.go",
+//			Find:    "...",     // exactly once in the file
+//			Replace: "...",
+//			Run:     "^TestConformance$/^Ack$",
+//			Want:    "was acked before the consumer left",
+//			Requires: func(tb testing.TB) { transporttest.RequireBroker(tb, "kafka", addr) },
+//		}})
+//	}
+//
+// Mutants are named "<group>/<name>", so `go test -run
+// 'TestMutants/kafka/'` runs one transport's. Edits that need a second
+// change to compile (an import the mutated code no longer uses) list it in
+// More, in the same file or another of the same package.
+package mutation
