@@ -397,13 +397,23 @@ func RunLot(t *testing.T, h Harness) {
 			applied.Apply(m)
 			return nil
 		})
+		// The blocked handler is released however the test ends, so that
+		// a failure reports at once instead of hanging the package.
+		unblock := sync.OnceFunc(func() { close(proceed) })
+		t.Cleanup(unblock)
 		done := make(chan error, 1)
 		go func() { _, err := parking.Release(ctx, lot, sub, "o-1", slow); done <- err }()
-		<-inside
+		select {
+		case <-inside:
+		case err := <-done:
+			t.Fatalf("Release returned before replaying anything: %v", err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("Release did not replay the first message within 20s")
+		}
 		if _, err := parking.Release(ctx, other, sub, "o-1", slow); !errors.Is(err, parking.ErrReleasing) {
 			t.Errorf("concurrent Release from another process: err = %v, want ErrReleasing", err)
 		}
-		close(proceed)
+		unblock()
 		fail(t, <-done)
 		applied.CheckInOrder(t, "o-1", 2)
 	})
