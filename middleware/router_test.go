@@ -14,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/routertest"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/transport"
 )
@@ -251,6 +254,67 @@ func TestRouter_otherKeysFlowWhileOneRetries(t *testing.T) {
 		t.Errorf("stuck key handled %v, want [stuck-1 stuck-2] in order", stuckOrder)
 	}
 	t.Logf("the stuck key was at attempt %d when all %d other messages were done", stuckAttemptsWhenOthersDone.Load(), others)
+}
+
+// While a message retries in process, the Router holds its key: the key's
+// later messages wait behind it, all of them queued at once, and then run
+// in the order they were published, each once. (With one message queued,
+// as in TestRouter_otherKeysFlowWhileOneRetries, a queue taken newest
+// first keeps the order by accident; here five wait.)
+func TestRouter_keyQueueKeepsOrderBehindRetry(t *testing.T) {
+	b := newBroker(t)
+	const topic, name, later = "orders", "inventory", 5
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	unblock := sync.OnceFunc(func() { close(release) })
+	var mu sync.Mutex
+	var handled []string
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		if m.ID == "evt-0" && m.Attempt() == 1 {
+			entered <- struct{}{}
+			select { // the first attempt fails once the later messages wait
+			case <-release:
+			case <-ctx.Done():
+			}
+			return errors.New("stock service timeout")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		handled = append(handled, m.ID)
+		return nil
+	})
+	r := must(ferry.NewRouter(ferry.WithLogger(routertest.Logger(t))))
+	if err := r.Add(name, b, sub(topic, name), must(middleware.Recommended(b, fast()))(h)); err != nil {
+		t.Fatal(err)
+	}
+	ferrytest.Start(t, r)
+	t.Cleanup(unblock) // runs before the Router's stop: a failing test does not hang it
+
+	publish(t, b, order(t, topic, "evt-0", "o-1"))
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first message never reached the handler")
+	}
+	for i := 1; i <= later; i++ {
+		publish(t, b, order(t, topic, fmt.Sprintf("evt-%d", i), "o-1"))
+	}
+	// One call running, the five queued behind its key, and the intake's
+	// own slot.
+	waitFor(t, "the later messages queued behind the key", func() bool { return r.Stats()[0].InFlight == later+2 })
+	mu.Lock()
+	early := slices.Clone(handled)
+	mu.Unlock()
+	if len(early) != 0 {
+		t.Fatalf("handled %v while the key's first message was still in its first attempt", early)
+	}
+	unblock()
+	waitFor(t, "every message acked", func() bool { return lag(t, b, topic, name) == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"evt-0", "evt-1", "evt-2", "evt-3", "evt-4", "evt-5"}; !slices.Equal(handled, want) {
+		t.Errorf("key o-1 handled %v, want %v: in publish order, behind the retried first message", handled, want)
+	}
 }
 
 // A message redelivered by the broker after a crash (here: the Router gave

@@ -14,6 +14,57 @@ func postgres(tb testing.TB) { transporttest.RequireBroker(tb, "postgresql", tes
 func init() {
 	register("core", []Mutant{
 		{
+			Name: "router-key-concurrent", // the Router dispatches a key's message while another of the key runs
+			Pkg:  ".", File: "subscription.go",
+			Find: `	q, busy := sh.busy[key]
+	if !busy {`,
+			Replace: `	q, busy := sh.busy[key]
+	if true || !busy {`,
+			Run:  "^TestRouterPerKeyOrderAndConcurrency$",
+			Want: "calls overlapped another call of the same key",
+		},
+		{
+			Name: "router-key-newest-first", // the Router takes the newest message queued behind a busy key first
+			Pkg:  "./middleware", File: "subscription.go",
+			Find: `	d := q.items[q.head]
+	q.items[q.head] = nil`,
+			Replace: `	last := len(q.items) - 1
+	q.items[q.head], q.items[last] = q.items[last], q.items[q.head]
+	d := q.items[q.head]
+	q.items[q.head] = nil`,
+			Run:  "^TestRouter_keyQueueKeepsOrderBehindRetry$",
+			Want: "handled [evt-0 evt-5 evt-1 evt-2 evt-3 evt-4]",
+		},
+		{
+			Name: "router-acks-abandoned", // the Router acks a message the shutdown gave up on, when its call returns late
+			Pkg:  ".", File: "subscription.go",
+			Find: `			if !w.cur.CompareAndSwap(m, nil) {
+				s.leftAfterAbandon(m, nil)
+				return
+			}
+			if aerr := d.Ack(w.ctx); aerr != nil {`,
+			Replace: `			w.cur.CompareAndSwap(m, nil)
+			if aerr := d.Ack(w.ctx); aerr != nil {`,
+			Run:  "^TestRouterNeverSettlesAbandoned$",
+			Want: "an abandoned delivery was settled",
+		},
+		{
+			Name: "router-nacks-abandoned", // the same, for a call that returns an error late (both guards gone)
+			Pkg:  ".", File: "failure.go",
+			Find: `	if s.abandoned.Load() {
+		s.leftAfterAbandon(m, err) // the deadline cancelled it, most likely
+		return left
+	}
+	s.failures.Add(1)`,
+			Replace: `	s.failures.Add(1)`,
+			More: []Edit{{File: "failure.go", Find: `	if !w.cur.CompareAndSwap(m, nil) {
+		s.leftAfterAbandon(m, cause)
+		return left, retryBroker
+	}`, Replace: `	w.cur.CompareAndSwap(m, nil)`}},
+			Run:  "^TestRouterNeverSettlesAbandoned$",
+			Want: "an abandoned delivery was settled",
+		},
+		{
 			Name: "dedupe-early-mark", // the key is marked done before the effect
 			Pkg:  "./middleware", File: "middleware/dedupe.go",
 			Find: `	cctx := idempotency.NewContext(ctx, m, tx)
