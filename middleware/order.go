@@ -119,3 +119,26 @@ func (o *misorder) report(log *slog.Logger, e *MisorderedError, m *handler.Messa
 	})
 	return handler.RetryAfter(e, MisorderedDelay)
 }
+
+// The middleware of this package forward [handler.OrderNeeder] to the
+// handler they wrap, so that the Router sees through a chain whether it
+// needs per-key order; Park says it does.
+
+// NeedsOrder reports true: a parked key's later messages must wait behind
+// it, which only a stream that keeps per-key order allows.
+func (h *parkHandler) NeedsOrder() bool { return true }
+
+// NeedsOrder forwards to the wrapped handler.
+func (h *retryHandler) NeedsOrder() bool { return handler.NeedsOrder(h.next) }
+
+// NeedsOrder forwards to the wrapped handler.
+func (h *dedupeHandler) NeedsOrder() bool { return handler.NeedsOrder(h.next) }
+
+// NeedsOrder forwards to the wrapped handler.
+func (h *deadLetterHandler) NeedsOrder() bool { return handler.NeedsOrder(h.next) }
+
+// NeedsOrder forwards to the wrapped handler.
+func (h *timeoutHandler) NeedsOrder() bool { return handler.NeedsOrder(h.next) }
+
+// NeedsOrder forwards to the wrapped handler.
+func (h *recoverHandler) NeedsOrder() bool { return handler.NeedsOrder(h.next) }

@@ -261,6 +261,13 @@ func (h *parkHandler) Handle(ctx context.Context, m *handler.Message) error {
 	if m.Key == "" {
 		return h.next.Handle(ctx, m)
 	}
+	if s, ok := transport.SemanticsFromContext(ctx); ok && !s.Ordering.Keeps() {
+		// The Router refuses this at Add unless a middleware of another
+		// package hid Park from it (handler.OrderNeeder).
+		return h.mis.report(h.cfg.logger(), &MisorderedError{Middleware: "park", Found: "a stream without order",
+			Fix: "its key's later messages could overtake a parked one; run it on an ordered transport URL (" +
+				s.OrderingHint + ")"}, m)
+	}
 	sub := parkSub(m)
 	if rp, ok := parking.ReplayFromContext(ctx); ok && rp.Key == m.Key && rp.Subscription == sub {
 		err := h.next.Handle(ctx, m)

@@ -3,8 +3,6 @@ package transport
 import (
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
 
 	"github.com/ferrymq/ferry/handler"
 )
@@ -76,32 +74,4 @@ func (e *BatchError) Unwrap() []error {
 		}
 	}
 	return out
-}
-
-// UnknownKeys returns an error wrapping ErrInvalidOption that names every key
-// of opts not in known, or nil. Transports use it to reject unknown URL query
-// keys and Subscription.Options.
-func UnknownKeys(scheme string, opts map[string]string, known ...string) error {
-	var bad []string
-	for k := range opts {
-		found := false
-		for _, w := range known {
-			if k == w {
-				found = true
-				break
-			}
-		}
-		if !found {
-			bad = append(bad, k)
-		}
-	}
-	if len(bad) == 0 {
-		return nil
-	}
-	sort.Strings(bad)
-	if len(known) == 0 {
-		return fmt.Errorf("%w: %s: unknown option(s) %s (it takes none)", ErrInvalidOption, scheme, strings.Join(bad, ", "))
-	}
-	return fmt.Errorf("%w: %s: unknown option(s) %s (known: %s)", ErrInvalidOption, scheme,
-		strings.Join(bad, ", "), strings.Join(known, ", "))
 }
