@@ -1,0 +1,133 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/transport"
+)
+
+// Publish sends m to its topic's stream with Nats-Msg-Id set to m.ID and
+// waits for the stream's acknowledgement (PubAck). A PubAck that reports a
+// duplicate (the stream already stored that ID within its duplicate
+// window) is a success: the message is there once.
+//
+// The first publish to a topic that no stream captures creates the stream
+// (unless create=false) and is sent again; nothing was stored by the
+// first try. A refused message (bad header, payload over MaxPayload) is an
+// error wrapping [transport.ErrInvalidOption] or [transport.ErrTooLarge],
+// and nothing is sent. An error the server returned (a stream limit) is a
+// plain failure: nothing was stored. A timeout, a lost connection or the
+// end of ctx while waiting for the PubAck is an error wrapping
+// [transport.ErrUnknownOutcome] (and ctx.Err() when ctx ended): publish
+// again with the same ID, and the stream dedupes within its window.
+func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	msg, err := t.encode(m)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := t.opCtx(ctx)
+	defer cancel()
+	_, err = t.js.PublishMsg(pctx, msg, njs.WithRetryAttempts(0))
+	if errors.Is(err, njs.ErrNoStreamResponse) {
+		// No stream captures the subject: nothing was stored.
+		if _, serr := t.streamFor(ctx, m.Topic); serr != nil {
+			return fmt.Errorf("jetstream: publish %s: %w", m.Topic, serr)
+		}
+		t.known.Store(m.Topic, struct{}{})
+		_, err = t.js.PublishMsg(pctx, msg, njs.WithRetryAttempts(0))
+	}
+	if err != nil {
+		return t.publishError(ctx, m.Topic, err)
+	}
+	return nil
+}
+
+// publishError classifies err from a publish to topic: a failure when
+// nothing can have been stored, otherwise an unknown outcome.
+func (t *Transport) publishError(ctx context.Context, topic string, err error) error {
+	var apiErr *njs.APIError
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, njs.ErrStreamMessageExceedsMaximum):
+		return fmt.Errorf("jetstream: publish %s: %w: %w", topic, transport.ErrTooLarge, err)
+	case errors.Is(err, njs.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("jetstream: publish %s: no stream answered; nothing was stored: %w", topic, err)
+	case errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrReconnectBufExceeded),
+		errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrBadHeaderMsg), errors.As(err, &apiErr):
+		return fmt.Errorf("jetstream: publish %s: not stored: %w", topic, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("jetstream: publish %s: %w: %w", topic, transport.ErrUnknownOutcome, ctx.Err())
+	default:
+		return fmt.Errorf("jetstream: publish %s: %w: %w", topic, transport.ErrUnknownOutcome, err)
+	}
+}
+
+// PublishBatch sends msgs asynchronously, pipelined on the connection up
+// to 4096 unacknowledged at once (nats.go's PublishAsync window, which owns
+// this coalescing), and waits for every PubAck. Messages of one key keep
+// their order: one connection delivers them to the stream in the order
+// sent. Topics no stream captures yet get one first.
+//
+// It returns nil when every message was stored, or a *[transport.BatchError]
+// whose entries are classified as Publish's are.
+func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	errs := make([]error, len(msgs))
+	failed := false
+	fail := func(i int, err error) { errs[i], failed = err, true }
+	wire := make([]*nats.Msg, len(msgs))
+	for i, m := range msgs {
+		msg, err := t.encode(m)
+		if err != nil {
+			fail(i, err)
+			continue
+		}
+		wire[i] = msg
+		if _, ok := t.known.Load(m.Topic); !ok {
+			if _, err := t.streamFor(ctx, m.Topic); err != nil {
+				fail(i, fmt.Errorf("jetstream: publish %s: %w", m.Topic, err))
+				wire[i] = nil
+				continue
+			}
+			t.known.Store(m.Topic, struct{}{})
+		}
+	}
+	futures := make([]njs.PubAckFuture, len(msgs))
+	for i, msg := range wire {
+		if msg == nil {
+			continue
+		}
+		f, err := t.js.PublishMsgAsync(msg, njs.WithRetryAttempts(0), njs.WithStallWait(t.cfg.timeout))
+		if err != nil {
+			fail(i, fmt.Errorf("jetstream: publish %s: not sent: %w", msgs[i].Topic, err))
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			fail(i, t.publishError(ctx, msgs[i].Topic, err))
+		case <-ctx.Done():
+			fail(i, fmt.Errorf("jetstream: publish %s: %w: %w", msgs[i].Topic, transport.ErrUnknownOutcome, ctx.Err()))
+		}
+	}
+	if failed {
+		return &transport.BatchError{Errs: errs}
+	}
+	return nil
+}

@@ -1,0 +1,405 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"reflect"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ferrymq/ferry/transport"
+)
+
+// forever is a validUntil that never passes (shared mode holds its one
+// consumer without a lease).
+const forever = math.MaxInt64
+
+// part is one partition of a subscription: a durable consumer, and, in
+// ModeExclusive, this member's lease on it.
+type part struct {
+	idx    int
+	name   string // the durable consumer
+	filter string // its subject filter
+	key    string // its lease key
+	cons   njs.Consumer
+
+	held       atomic.Bool  // this member may read it
+	draining   atomic.Bool  // being handed over: read nothing more
+	validUntil atomic.Int64 // unix nanos: the lease is ours until then by our clock
+	readyAt    atomic.Int64 // unix nanos: fetch nothing before (after a takeover)
+	epoch      atomic.Uint64
+	active     atomic.Int64 // deliveries handed out and unsettled
+	fetching   atomic.Bool  // a pull of Receive's is open
+	rev        uint64       // the lease's revision; the lease loop's
+
+	// Receive's, under stream.recvMu.
+	batch      njs.MessageBatch
+	batchEpoch uint64
+	fetchedAt  time.Time
+	// back holds messages of the open pull to Nak once it ends: a Nak
+	// while the pull is open would bring the message straight back into
+	// it.
+	back []njs.Msg
+}
+
+// usable reports whether Receive may fetch from p at now.
+func (p *part) usable(now int64) bool {
+	return p.held.Load() && !p.draining.Load() && now < p.validUntil.Load() && now >= p.readyAt.Load()
+}
+
+// stream is one open subscription.
+type stream struct {
+	t       *Transport
+	pl      plan
+	js      njs.Stream
+	name    string // the JetStream stream
+	parts   []*part
+	log     *slog.Logger
+	ackWait time.Duration // the shortest AckWait of its consumers
+	topic   string        // Message.Topic to report; "" for each message's subject
+
+	recvMu sync.Mutex
+	cases  []reflect.SelectCase // nextN's, reused
+	caseP  []*part
+
+	mu   sync.Mutex
+	live map[*delivery]struct{} // handed out, unsettled
+
+	closed   atomic.Bool
+	closing  chan struct{}
+	wake     chan struct{} // a lease was taken, lost or released
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+
+	lease *leases // ModeExclusive only
+}
+
+var _ transport.Stream = (*stream)(nil)
+
+func newStream(t *Transport, pl plan, js njs.Stream) *stream {
+	s := &stream{
+		t: t, pl: pl, js: js, name: js.CachedInfo().Config.Name, log: t.log,
+		ackWait: pl.cc.ackWait,
+		live:    make(map[*delivery]struct{}),
+		closing: make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+	}
+	if pl.partitions > 1 || pl.keySubject {
+		s.topic = pl.topic
+	}
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	for i := range pl.partitions {
+		p := &part{idx: i, name: pl.group, filter: filterOf(pl.topic, i, pl.partitions, pl.keySubject)}
+		if pl.partitions > 1 {
+			p.name = pl.group + "-p" + strconv.Itoa(i)
+		}
+		s.parts = append(s.parts, p)
+	}
+	return s
+}
+
+// Semantics returns what the stream declares; see [Transport.Declare].
+func (s *stream) Semantics() transport.Semantics { return s.pl.sem }
+
+func (s *stream) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *stream) closedErr() error {
+	return fmt.Errorf("jetstream: stream %s/%s: %w", s.name, s.pl.group, transport.ErrClosed)
+}
+
+// Receive returns the next message of a partition this member holds, in
+// the consumer's order, pulling up to fetch messages at a time (one pull
+// request, waiting up to fetch_wait). When ctx ends it returns ctx.Err();
+// the pull stays open and the next Receive goes on with it, so nothing is
+// lost or reordered. An error of the pull (a lost connection, a deleted
+// consumer) is returned wrapped, and the next Receive pulls again: the
+// caller owns the backoff.
+func (s *stream) Receive(ctx context.Context) (transport.Delivery, error) {
+	s.recvMu.Lock()
+	defer s.recvMu.Unlock()
+	for {
+		if s.closed.Load() {
+			return nil, s.closedErr()
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var p *part
+		var raw njs.Msg
+		var err error
+		if len(s.parts) == 1 {
+			p = s.parts[0]
+			raw, err = s.next1(ctx, p)
+		} else {
+			p, raw, err = s.nextN(ctx)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if raw == nil {
+			continue
+		}
+		if d := s.accept(p, raw); d != nil {
+			return d, nil
+		}
+	}
+}
+
+// next1 returns the next message of the one partition, or nil to look
+// again (a pull ended, a lease changed).
+func (s *stream) next1(ctx context.Context, p *part) (njs.Msg, error) {
+	if p.batch == nil {
+		now := time.Now().UnixNano()
+		if !p.usable(now) {
+			return nil, s.waitUsable(ctx, time.Duration(p.readyAt.Load()-now))
+		}
+		if err := s.fetch(p); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case raw, ok := <-p.batch.Messages():
+		if !ok {
+			return nil, s.endBatch(p)
+		}
+		return raw, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.closing:
+		return nil, s.closedErr()
+	}
+}
+
+// nextN waits on the pulls of every partition this member holds.
+func (s *stream) nextN(ctx context.Context) (*part, njs.Msg, error) {
+	now := time.Now().UnixNano()
+	s.cases = append(s.cases[:0],
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.closing)},
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.wake)})
+	s.caseP = s.caseP[:0]
+	soonest := int64(forever)
+	for _, p := range s.parts {
+		if p.batch == nil && p.usable(now) {
+			if err := s.fetch(p); err != nil {
+				return nil, nil, err
+			}
+		}
+		if p.batch != nil {
+			s.cases = append(s.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.batch.Messages())})
+			s.caseP = append(s.caseP, p)
+		} else if r := p.readyAt.Load(); p.held.Load() && r > now {
+			soonest = min(soonest, r)
+		}
+	}
+	var timer *time.Timer
+	if soonest != forever {
+		timer = time.NewTimer(time.Duration(soonest - now))
+		defer timer.Stop()
+		s.cases = append(s.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
+	}
+	chosen, v, ok := reflect.Select(s.cases)
+	switch {
+	case chosen == 0:
+		return nil, nil, ctx.Err()
+	case chosen == 1:
+		return nil, nil, s.closedErr()
+	case chosen == 2 || chosen-3 >= len(s.caseP):
+		return nil, nil, nil
+	}
+	p := s.caseP[chosen-3]
+	if !ok {
+		return nil, nil, s.endBatch(p)
+	}
+	return p, v.Interface().(njs.Msg), nil
+}
+
+// waitUsable waits for a lease change, for d (if positive), ctx or Close.
+func (s *stream) waitUsable(ctx context.Context, d time.Duration) error {
+	var timeout <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-s.wake:
+	case <-timeout:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.closing:
+		return s.closedErr()
+	}
+	return nil
+}
+
+// fetch opens a pull on p.
+func (s *stream) fetch(p *part) error {
+	b, err := p.cons.Fetch(s.pl.cc.fetch, njs.FetchMaxWait(s.pl.cc.fetchWait))
+	if err != nil {
+		return fmt.Errorf("jetstream: pull from %s/%s: %w", s.name, p.name, err)
+	}
+	p.batch, p.batchEpoch, p.fetchedAt = b, p.epoch.Load(), time.Now()
+	p.fetching.Store(true)
+	return nil
+}
+
+// endBatch closes p's pull, releases what was held back from it, and
+// returns its error, if any.
+func (s *stream) endBatch(p *part) error {
+	err := p.batch.Error()
+	p.batch = nil
+	for i, raw := range p.back {
+		_ = raw.Nak()
+		p.back[i] = nil
+	}
+	p.back = p.back[:0]
+	p.fetching.Store(false)
+	if p.draining.Load() && s.lease != nil {
+		s.lease.poke()
+	}
+	if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, njs.ErrNoMessages) {
+		return fmt.Errorf("jetstream: pull from %s/%s: %w", s.name, p.name, err)
+	}
+	return nil
+}
+
+// accept turns raw, pulled from p, into a delivery, or returns nil after
+// releasing or dead-lettering it.
+func (s *stream) accept(p *part, raw njs.Msg) *delivery {
+	now := time.Now()
+	switch {
+	case p.epoch.Load() != p.batchEpoch || !p.held.Load() || now.UnixNano() >= p.validUntil.Load():
+		// The lease was lost: the new holder gets it after AckWait.
+		return nil
+	case s.closed.Load() || p.draining.Load():
+		// Back to the stream, in order, for the next holder, once the
+		// pull ends.
+		p.back = append(p.back, raw)
+		return nil
+	case now.Sub(p.fetchedAt) > s.ackWait/2:
+		// Pulled too long ago: its AckWait may have run out while it waited
+		// here, and the server may have given it to another member. It
+		// comes back after AckWait, in order.
+		return nil
+	}
+	md, err := raw.Metadata()
+	if err != nil {
+		s.log.Warn("jetstream: a pulled message has no JetStream metadata; dropped", "stream", s.name, "consumer", p.name, "err", err)
+		return nil
+	}
+	if n := s.pl.cc.maxDeliveries; n > 0 && int(md.NumDelivered) > n {
+		s.deadLetter(p, raw, md)
+		return nil
+	}
+	d := &delivery{s: s, p: p, raw: raw, epoch: p.batchEpoch, recv: now.UnixNano()}
+	decode(&d.msg, raw.Subject(), raw.Data(), raw.Headers(), s.topic)
+	d.msg.SetFacts(facts(md, p.idx, now))
+	p.active.Add(1)
+	s.mu.Lock()
+	s.live[d] = struct{}{}
+	s.mu.Unlock()
+	return d
+}
+
+// untrack forgets a settled delivery.
+func (s *stream) untrack(d *delivery) {
+	s.mu.Lock()
+	delete(s.live, d)
+	s.mu.Unlock()
+	if d.p.active.Add(-1) == 0 && d.p.draining.Load() && s.lease != nil {
+		s.lease.poke()
+	}
+}
+
+// Close stops receiving and releases every unsettled delivery with a Nak,
+// so that the server redelivers it at once: those handed out, and those
+// of a pull still open (Close waits up to fetch_wait for it to end). Then
+// it hands its leases back. ctx bounds the waits. Closing twice returns
+// nil; a settle after Close returns an error wrapping
+// [transport.ErrClosed] and does nothing.
+func (s *stream) Close(ctx context.Context) error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	close(s.closing)
+	s.bgCancel()
+	bgDone := make(chan struct{})
+	go func() { s.bg.Wait(); close(bgDone) }()
+	var errs []error
+	select {
+	case <-bgDone:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("jetstream: close %s/%s: background work did not stop: %w", s.name, s.pl.group, ctx.Err()))
+	}
+	s.recvMu.Lock() // a Receive in progress has seen closing and returned
+	defer s.recvMu.Unlock()
+	// Drain the open pulls first: a Nak while a pull is open would bring
+	// the message straight back into it.
+	for _, p := range s.parts {
+		if p.batch != nil {
+			s.drain(ctx, p)
+		}
+	}
+	s.mu.Lock()
+	ds := make([]*delivery, 0, len(s.live))
+	for d := range s.live {
+		ds = append(ds, d)
+	}
+	clear(s.live)
+	s.mu.Unlock()
+	for _, d := range ds {
+		if d.state.CompareAndSwap(stActive, stReleased) {
+			if d.p.epoch.Load() == d.epoch {
+				_ = d.raw.Nak()
+			}
+			d.p.active.Add(-1)
+		}
+	}
+	if err := s.t.nc.FlushTimeout(min(s.t.cfg.timeout, untilDeadline(ctx))); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		s.log.Warn("jetstream: close: flushing the releases failed; they come back after AckWait", "stream", s.name, "err", err)
+	}
+	if s.lease != nil {
+		if err := s.lease.release(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.t.mu.Lock()
+	delete(s.t.streams, s)
+	s.t.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// drain reads p's open pull to its end and releases what it brought.
+func (s *stream) drain(ctx context.Context, p *part) {
+	mine := p.epoch.Load() == p.batchEpoch && p.held.Load()
+	for {
+		select {
+		case raw, ok := <-p.batch.Messages():
+			if !ok {
+				_ = s.endBatch(p)
+				return
+			}
+			if mine {
+				p.back = append(p.back, raw)
+			}
+		case <-ctx.Done():
+			_ = s.endBatch(p) // releases what came; the rest comes back after AckWait
+			return
+		}
+	}
+}

@@ -1,0 +1,243 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ferrymq/ferry/transport"
+)
+
+func init() { transport.Register(Scheme, URLOpener{}) }
+
+// URL query keys of the transport, each mapping to one [Option].
+const (
+	keyName         = "name"
+	keyTimeout      = "timeout"
+	keyMaxPayload   = "max_payload"
+	keyNKeySeedFile = "nkey_seed_file"
+	keyTLS          = "tls"
+	keyTLSCA        = "tls_ca"
+	keyTLSCert      = "tls_cert"
+	keyTLSKey       = "tls_key"
+	keyStream       = "stream"
+	keyCreate       = "create"
+	keyStorage      = "storage"
+	keyReplicas     = "replicas"
+	keyMaxAge       = "max_age"
+	keyDuplicates   = "duplicates"
+	keyPartitions   = "partitions"
+	keyKeySubject   = "key_subject"
+)
+
+// Consume keys, in the URL and in Subscription.Options.
+const (
+	keyMode          = "mode"
+	keyAckWait       = "ack_wait"
+	keyMaxExtend     = "max_extend"
+	keyFetch         = "fetch"
+	keyFetchWait     = "fetch_wait"
+	keyMaxAckPending = "max_ack_pending"
+	keyMaxDeliveries = "max_deliveries"
+	keyDeadLetter    = "dead_letter"
+	keyLease         = "lease"
+)
+
+// URLOpener opens nats:// URLs with [New]; see the package doc for the
+// query keys. The zero value is ready to use.
+type URLOpener struct{}
+
+var _ transport.Opener = URLOpener{}
+
+// OpenURL returns New(ctx, u.String()).
+func (URLOpener) OpenURL(ctx context.Context, u *url.URL) (transport.Transport, error) {
+	return New(ctx, u.String())
+}
+
+// parse reads rawURL's settings into a config, then applies opts: the one
+// path by which [New] and [URLOpener] configure a transport.
+func parse(rawURL string, opts []Option) (config, error) {
+	cfg := defaultConfig()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Error repeats the URL, password included: do not wrap it.
+		return cfg, fmt.Errorf("%w: jetstream: cannot parse the URL", transport.ErrInvalidOption)
+	}
+	if !strings.EqualFold(u.Scheme, Scheme) {
+		return cfg, fmt.Errorf("%w: jetstream: scheme %q: want %s", transport.ErrInvalidOption, u.Scheme, Scheme)
+	}
+	if u.Opaque != "" || (u.Path != "" && u.Path != "/") {
+		return cfg, fmt.Errorf("%w: jetstream: want nats://[user[:password]@]host[:port][?key=value…], with no path", transport.ErrInvalidOption)
+	}
+	if u.Host != "" {
+		cfg.addr = u.Host
+		if u.Port() == "" {
+			cfg.addr = net.JoinHostPort(u.Hostname(), "4222")
+		}
+	}
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			cfg.user, cfg.pass = u.User.Username(), pw
+		} else {
+			// nats://secret@host: a lone user info is a token, as in the
+			// nats CLI and nats.go.
+			cfg.token = u.User.Username()
+		}
+	}
+	q := transport.ParseQuery(Scheme, u.RawQuery)
+	var fromURL []Option
+	if s, ok := q.String(keyName); ok {
+		fromURL = append(fromURL, ClientName(s))
+	}
+	if d, ok := q.Duration(keyTimeout); ok {
+		fromURL = append(fromURL, Timeout(d))
+	}
+	if n, ok := q.Int(keyMaxPayload); ok {
+		fromURL = append(fromURL, MaxPayload(n))
+	}
+	if s, ok := q.String(keyNKeySeedFile); ok {
+		fromURL = append(fromURL, NKeySeedFile(s))
+	}
+	if b, ok := q.Bool(keyTLS); ok {
+		fromURL = append(fromURL, optionFunc(func(c *config) { c.useTLS = c.useTLS || b }))
+	}
+	files := []struct {
+		key   string
+		field func(*config) *string
+	}{
+		{keyTLSCA, func(c *config) *string { return &c.tlsCA }},
+		{keyTLSCert, func(c *config) *string { return &c.tlsCert }},
+		{keyTLSKey, func(c *config) *string { return &c.tlsKey }},
+	}
+	for _, f := range files {
+		if s, ok := q.String(f.key); ok {
+			if s == "" {
+				q.Fail(f.key, "want a file path")
+				continue
+			}
+			fromURL = append(fromURL, optionFunc(func(c *config) { *f.field(c) = s; c.useTLS = true }))
+		}
+	}
+	if s, ok := q.String(keyStream); ok {
+		fromURL = append(fromURL, Stream(s))
+	}
+	if b, ok := q.Bool(keyCreate); ok {
+		fromURL = append(fromURL, Create(b))
+	}
+	if s, ok := q.String(keyStorage); ok {
+		switch s {
+		case "file":
+			fromURL = append(fromURL, Storage(FileStorage))
+		case "memory":
+			fromURL = append(fromURL, Storage(MemoryStorage))
+		default:
+			q.Fail(keyStorage, "want file or memory")
+		}
+	}
+	if n, ok := q.Int(keyReplicas); ok {
+		fromURL = append(fromURL, Replicas(n))
+	}
+	if d, ok := q.Duration(keyMaxAge); ok {
+		fromURL = append(fromURL, MaxAge(d))
+	}
+	if d, ok := q.Duration(keyDuplicates); ok {
+		fromURL = append(fromURL, DuplicateWindow(d))
+	}
+	if n, ok := q.Int(keyPartitions); ok {
+		fromURL = append(fromURL, Partitions(n))
+	}
+	if b, ok := q.Bool(keyKeySubject); ok {
+		fromURL = append(fromURL, KeySubject(b))
+	}
+	fromURL = append(fromURL, consumeOptions(q)...)
+	if err := q.Err(); err != nil {
+		return cfg, err
+	}
+	for _, o := range fromURL {
+		o.apply(&cfg)
+	}
+	for _, o := range opts {
+		if o == nil {
+			return cfg, fmt.Errorf("%w: jetstream: nil Option", transport.ErrInvalidOption)
+		}
+		o.apply(&cfg)
+	}
+	if cfg.err == nil && cfg.tls != nil && (cfg.tlsCA != "" || cfg.tlsCert != "" || cfg.tlsKey != "") {
+		cfg.fail("TLSConfig and the tls_ca, tls_cert or tls_key URL keys: give one or the other")
+	}
+	if cfg.err == nil && (cfg.tlsCert == "") != (cfg.tlsKey == "") {
+		cfg.fail("tls_cert and tls_key go together")
+	}
+	return cfg, cfg.err
+}
+
+// consumeOptions reads the consume keys of q (a URL's query or a
+// Subscription's Options) as Options.
+func consumeOptions(q *transport.Query) []Option {
+	var opts []Option
+	if s, ok := q.String(keyMode); ok {
+		switch s {
+		case "exclusive":
+			opts = append(opts, ConsumeMode(ModeExclusive))
+		case "shared":
+			opts = append(opts, ConsumeMode(ModeShared))
+		default:
+			q.Fail(keyMode, "want exclusive or shared")
+		}
+	}
+	durations := []struct {
+		key string
+		opt func(time.Duration) Option
+	}{
+		{keyAckWait, AckWait},
+		{keyMaxExtend, MaxExtend},
+		{keyFetchWait, FetchWait},
+		{keyLease, Lease},
+	}
+	for _, k := range durations {
+		if d, ok := q.Duration(k.key); ok {
+			opts = append(opts, k.opt(d))
+		}
+	}
+	ints := []struct {
+		key string
+		opt func(int) Option
+	}{
+		{keyFetch, Fetch},
+		{keyMaxAckPending, MaxAckPending},
+		{keyMaxDeliveries, MaxDeliveries},
+	}
+	for _, k := range ints {
+		if n, ok := q.Int(k.key); ok {
+			opts = append(opts, k.opt(n))
+		}
+	}
+	if s, ok := q.String(keyDeadLetter); ok {
+		opts = append(opts, DeadLetter(s))
+	}
+	return opts
+}
+
+// subscriptionConfig returns the transport's consume settings with
+// sub.Options applied, or an error wrapping [transport.ErrInvalidOption].
+func (t *Transport) subscriptionConfig(sub transport.Subscription) (consumeConfig, error) {
+	q := transport.OptionsQuery(Scheme, sub.Options)
+	opts := consumeOptions(q)
+	if err := q.Err(); err != nil {
+		return consumeConfig{}, err
+	}
+	c := config{consume: t.cfg.consume}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if c.err != nil {
+		return consumeConfig{}, c.err
+	}
+	if sub.MaxInFlight > 0 && c.consume.fetch > sub.MaxInFlight {
+		c.consume.fetch = sub.MaxInFlight
+	}
+	return c.consume, nil
+}
