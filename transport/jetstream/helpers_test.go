@@ -238,4 +238,3 @@ func drainN(tb testing.TB, st transport.Stream, n int, d time.Duration) []string
 	}
 	return ids
 }
-

@@ -43,7 +43,7 @@ type Transport struct {
 	streams map[*stream]struct{}
 	known   sync.Map // topic -> struct{}: a stream captures it
 
-	leaseMu sync.Mutex
+	leaseMu  sync.Mutex
 	leaseBkt njs.KeyValue // the lease bucket, made on first exclusive Subscribe
 }
 
