@@ -238,3 +238,24 @@ func drainN(tb testing.TB, st transport.Stream, n int, d time.Duration) []string
 	}
 	return ids
 }
+
+// freeze stops the server process (SIGSTOP): connections stay open and
+// nothing is answered, as with a server that hangs.
+func (s *privateServer) freeze(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// thaw resumes a frozen server (SIGCONT).
+func (s *privateServer) thaw(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		tb.Fatal(err)
+	}
+}
