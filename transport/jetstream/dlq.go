@@ -66,7 +66,11 @@ func (t *Transport) ListDLQ(ctx context.Context, dlq string, limit int) ([]*hand
 
 // ReplayDLQ republishes the messages of dlq that r selects, with their ID,
 // Key, Payload and original headers, to r.To or their original topic, and
-// deletes each from the DLQ's stream once its publish is acknowledged. It
+// deletes each from the DLQ's stream once its publish is acknowledged. The
+// republished message's Nats-Msg-Id is its ID plus "/replay/" and its place
+// in the DLQ (the ID itself travels in ferry-id), so that the topic's
+// duplicate window, which saw the original, keeps it, and a replay
+// repeated after a failure stores it once. It
 // returns how many it replayed. A failure part-way leaves the rest in the
 // DLQ; replaying again is safe, consumers dedupe on the ID.
 func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Replay) (int, error) {
@@ -79,7 +83,10 @@ func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Repla
 		if to == "" {
 			return false, fmt.Errorf("jetstream: replay %s: message %q has no original topic; set Replay.To", dlq, m.ID)
 		}
-		if err := t.Publish(ctx, transport.StripDeadLetterHeaders(m, to)); err != nil {
+		// A Nats-Msg-Id of its own: the topic's duplicate window saw the
+		// original's ID, and a second replay of this dead letter is dropped.
+		replayID := m.ID + "/replay/" + m.Facts().BrokerID
+		if err := t.publish(ctx, transport.StripDeadLetterHeaders(m, to), replayID); err != nil {
 			return false, fmt.Errorf("jetstream: replay %s: %w", dlq, err)
 		}
 		if err := t.deleteMsg(ctx, dlq, seq); err != nil {
@@ -115,7 +122,10 @@ func (t *Transport) scanDLQ(ctx context.Context, dlq string, fn func(m *handler.
 	if err != nil {
 		return fmt.Errorf("jetstream: DLQ %s: stream %s: %w", dlq, name, err)
 	}
-	for seq := uint64(1); ; {
+	// Stop at the last message stored when the scan began: a replayed
+	// message that fails again is dead-lettered behind it.
+	last := st.CachedInfo().State.LastSeq
+	for seq := uint64(1); seq <= last; {
 		cctx, cancel := t.opCtx(ctx)
 		raw, err := st.GetMsg(cctx, seq, njs.WithGetMsgSubject(dlq))
 		cancel()
@@ -124,6 +134,9 @@ func (t *Transport) scanDLQ(ctx context.Context, dlq string, fn func(m *handler.
 		}
 		if err != nil {
 			return fmt.Errorf("jetstream: DLQ %s: reading stream %s from %d: %w", dlq, name, seq, err)
+		}
+		if raw.Sequence > last {
+			return nil
 		}
 		m := &handler.Message{}
 		decode(m, raw.Subject, raw.Data, raw.Header, "")
@@ -137,6 +150,7 @@ func (t *Transport) scanDLQ(ctx context.Context, dlq string, fn func(m *handler.
 		}
 		seq = raw.Sequence + 1
 	}
+	return nil
 }
 
 // deleteMsg removes sequence seq from the stream that captures dlq.

@@ -377,4 +377,3 @@ func TestKeySubject(t *testing.T) {
 		_ = st.Close(ctx)
 	}
 }
-

@@ -27,10 +27,28 @@ import (
 // [transport.ErrUnknownOutcome] (and ctx.Err() when ctx ended): publish
 // again with the same ID, and the stream dedupes within its window.
 func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
+	return t.publish(ctx, m, deadLetterID(m))
+}
+
+// deadLetterID is the Nats-Msg-Id of a dead letter (a message with the
+// dead-letter record): its ID plus its last failure time, so that the DLQ's
+// duplicate window does not drop a message dead-lettered again after a
+// replay. Other messages use their ID ("").
+func deadLetterID(m *handler.Message) string {
+	last, ok := m.Headers[transport.HeaderLastFailure]
+	if _, dead := m.Headers[transport.HeaderError]; !dead || !ok {
+		return ""
+	}
+	return m.ID + "/dead/" + last
+}
+
+// publish is Publish with msgID as the Nats-Msg-Id, if not empty (see
+// encode).
+func (t *Transport) publish(ctx context.Context, m *handler.Message, msgID string) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	msg, err := t.encode(m)
+	msg, err := t.encode(m, msgID)
 	if err != nil {
 		return err
 	}
@@ -87,7 +105,7 @@ func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) e
 	fail := func(i int, err error) { errs[i], failed = err, true }
 	wire := make([]*nats.Msg, len(msgs))
 	for i, m := range msgs {
-		msg, err := t.encode(m)
+		msg, err := t.encode(m, "")
 		if err != nil {
 			fail(i, err)
 			continue

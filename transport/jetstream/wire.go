@@ -20,7 +20,13 @@ import (
 //   - Subject: the topic; "<topic>.<p>" with Partitions(n > 1); with
 //     KeySubject, ".<key>" appended.
 //   - Payload: the data, byte for byte.
-//   - Message.ID: the Nats-Msg-Id header (the stream dedupes on it).
+//   - Message.ID: the Nats-Msg-Id header (the stream dedupes on it). A
+//     dead letter, and a message replayed from a DLQ, carries its ID in
+//     ferry-id instead
+//     ([transport.HeaderID]) and a Nats-Msg-Id of its own (the ID plus its
+//     place in the DLQ, or its failure time), so that a duplicate window
+//     that saw the original does not drop it, and replaying the same dead
+//     letter twice still stores it once.
 //   - Message.Key: the ferry-key header ([transport.HeaderKey]).
 //   - Headers: NATS headers under their own names.
 //
@@ -35,6 +41,7 @@ import (
 const (
 	headerMsgID = njs.MsgIDHeader // "Nats-Msg-Id"
 	headerKey   = transport.HeaderKey
+	headerID    = transport.HeaderID
 
 	encPrefix = "=?utf-8?b?"
 	encSuffix = "?="
@@ -92,9 +99,9 @@ func headerNameOK(name string) bool {
 }
 
 // reservedHeader reports whether name is one the transport or the server
-// owns: Nats-… (which the server acts on) and ferry-key.
+// owns: Nats-… (which the server acts on), ferry-key and ferry-id.
 func reservedHeader(name string) bool {
-	return len(name) >= 5 && strings.EqualFold(name[:5], "nats-") || name == headerKey
+	return len(name) >= 5 && strings.EqualFold(name[:5], "nats-") || name == headerKey || name == headerID
 }
 
 // validName reports whether s is a valid stream or consumer name.
@@ -223,8 +230,9 @@ func filterOf(topic string, p, partitions int, keySubject bool) string {
 }
 
 // encode builds the NATS message of m, refusing what a consumer would not
-// get back byte for byte. part is the partition (ignored with one).
-func (t *Transport) encode(m *handler.Message) (*nats.Msg, error) {
+// get back byte for byte. msgID, if not empty, is the Nats-Msg-Id to use
+// instead of m.ID, which then travels in ferry-id (a replay).
+func (t *Transport) encode(m *handler.Message, msgID string) (*nats.Msg, error) {
 	if !validSubject(m.Topic, false) {
 		return nil, fmt.Errorf("%w: jetstream: publish: topic %q is not a subject (want tokens separated by '.', no spaces, no wildcards)",
 			transport.ErrInvalidOption, m.Topic)
@@ -254,6 +262,9 @@ func (t *Transport) encode(m *handler.Message) (*nats.Msg, error) {
 	if m.ID != "" {
 		n++
 	}
+	if msgID != "" {
+		n++
+	}
 	if m.Key != "" {
 		n++
 	}
@@ -266,12 +277,18 @@ func (t *Transport) encode(m *handler.Message) (*nats.Msg, error) {
 				transport.ErrInvalidOption, m.Topic, k)
 		}
 		if reservedHeader(k) {
-			return nil, fmt.Errorf("%w: jetstream: publish %s: header %q is reserved (Nats-… belongs to the server, %s carries the Key)",
-				transport.ErrInvalidOption, m.Topic, k, headerKey)
+			return nil, fmt.Errorf("%w: jetstream: publish %s: header %q is reserved (Nats-… belongs to the server, %s and %s carry the Key and ID)",
+				transport.ErrInvalidOption, m.Topic, k, headerKey, headerID)
 		}
 		msg.Header[k] = []string{encodeValue(v)}
 	}
-	if m.ID != "" {
+	switch {
+	case msgID != "":
+		msg.Header[headerMsgID] = []string{encodeValue(msgID)}
+		if m.ID != "" {
+			msg.Header[headerID] = []string{encodeValue(m.ID)}
+		}
+	case m.ID != "":
 		msg.Header[headerMsgID] = []string{encodeValue(m.ID)}
 	}
 	if m.Key != "" {
@@ -299,6 +316,13 @@ func decode(m *handler.Message, subject string, data []byte, h nats.Header, topi
 			m.ID = decodeValue(vs[0])
 		}
 	}
+	if vs, ok := h[headerID]; ok {
+		n--
+		m.ID = ""
+		if len(vs) > 0 {
+			m.ID = decodeValue(vs[0])
+		}
+	}
 	if vs, ok := h[headerKey]; ok {
 		n--
 		if len(vs) > 0 {
@@ -310,7 +334,7 @@ func decode(m *handler.Message, subject string, data []byte, h nats.Header, topi
 	}
 	m.Headers = make(map[string]string, n)
 	for k, vs := range h {
-		if k == headerMsgID || k == headerKey || len(vs) == 0 {
+		if k == headerMsgID || k == headerKey || k == headerID || len(vs) == 0 {
 			continue
 		}
 		m.Headers[k] = decodeValue(vs[0])
