@@ -1,12 +1,14 @@
 package jetstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -348,11 +350,14 @@ func (s *stream) Close(ctx context.Context) error {
 	}
 	s.recvMu.Lock() // a Receive in progress has seen closing and returned
 	defer s.recvMu.Unlock()
-	// Drain the open pulls first: a Nak while a pull is open would bring
-	// the message straight back into it.
+	// Collect what the open pulls bring first, and release everything
+	// once they ended, in stream order: a Nak while a pull is open would
+	// bring the message straight back into it, and the server redelivers
+	// released messages in the order they were released.
+	var release []njs.Msg
 	for _, p := range s.parts {
 		if p.batch != nil {
-			s.drain(ctx, p)
+			release = append(release, s.drain(ctx, p)...)
 		}
 	}
 	s.mu.Lock()
@@ -365,10 +370,14 @@ func (s *stream) Close(ctx context.Context) error {
 	for _, d := range ds {
 		if d.state.CompareAndSwap(stActive, stReleased) {
 			if d.p.epoch.Load() == d.epoch {
-				_ = d.raw.Nak()
+				release = append(release, d.raw)
 			}
 			d.p.active.Add(-1)
 		}
+	}
+	slices.SortFunc(release, func(a, b njs.Msg) int { return cmp.Compare(streamSeq(a), streamSeq(b)) })
+	for _, raw := range release {
+		_ = raw.Nak()
 	}
 	if err := s.t.nc.FlushTimeout(min(s.t.cfg.timeout, untilDeadline(ctx))); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		s.log.Warn("jetstream: close: flushing the releases failed; they come back after AckWait", "stream", s.name, "err", err)
@@ -384,22 +393,39 @@ func (s *stream) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// drain reads p's open pull to its end and releases what it brought.
-func (s *stream) drain(ctx context.Context, p *part) {
+// drain reads p's open pull to its end (or ctx's) and returns what it
+// brought, with what was held back from it, to release if still ours.
+func (s *stream) drain(ctx context.Context, p *part) []njs.Msg {
 	mine := p.epoch.Load() == p.batchEpoch && p.held.Load()
+	out := p.back
+	p.back = nil
+	defer func() {
+		p.batch = nil
+		p.fetching.Store(false)
+	}()
 	for {
 		select {
 		case raw, ok := <-p.batch.Messages():
 			if !ok {
-				_ = s.endBatch(p)
-				return
+				if !mine {
+					return nil
+				}
+				return out
 			}
-			if mine {
-				p.back = append(p.back, raw)
-			}
+			out = append(out, raw)
 		case <-ctx.Done():
-			_ = s.endBatch(p) // releases what came; the rest comes back after AckWait
-			return
+			if !mine {
+				return nil
+			}
+			return out // the rest comes back after AckWait
 		}
 	}
+}
+
+// streamSeq is m's stream sequence, or 0.
+func streamSeq(m njs.Msg) uint64 {
+	if md, err := m.Metadata(); err == nil {
+		return md.Sequence.Stream
+	}
+	return 0
 }
