@@ -1,0 +1,389 @@
+package jetstream_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/transporttest"
+)
+
+// The benchmarks compare Ferry with raw nats.go jetstream and with
+// Watermill's NATS adapter (watermill-nats/v2) on the same server, in the
+// house method: interleaved rounds in one process, a fresh stream per
+// round, and the median over the rounds of the per-round ratio (the
+// machine is shared, so a single round is noise). The bar is 0.9 of raw.
+
+// BenchmarkConformance runs the suite's benchmarks on the shared server.
+func BenchmarkConformance(b *testing.B) {
+	requireShared(b)
+	transporttest.RunBenchmarks(b, harness{url: sharedURL + "?" + fast})
+}
+
+const (
+	benchRounds = 5
+	benchSize   = 1024
+)
+
+func benchPayload() []byte {
+	p := make([]byte, benchSize)
+	for i := range p {
+		p[i] = 'a' + byte(i%26)
+	}
+	return p
+}
+
+// fill publishes n messages of 1 KiB over 100 keys to topic (its own
+// stream) with raw async publishes, untimed, the way Ferry writes them.
+func fill(b *testing.B, js njs.JetStream, topic string, n int) {
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, njs.StreamConfig{Name: topic, Subjects: []string{topic, topic + ".>"}}); err != nil {
+		b.Fatal(err)
+	}
+	payload := benchPayload()
+	for i := range n {
+		m := nats.NewMsg(topic)
+		m.Data = payload
+		m.Header.Set("Nats-Msg-Id", fmt.Sprintf("b-%d", i))
+		m.Header.Set("ferry-key", fmt.Sprintf("k%03d", i%100))
+		if _, err := js.PublishMsgAsync(m, njs.WithStallWait(time.Minute)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		b.Fatal("fill did not complete")
+	}
+}
+
+// consumeRaw is the baseline: one loop of Fetch(100) and an Ack per
+// message on a durable pull consumer, touching each payload.
+func consumeRaw(b *testing.B, js njs.JetStream, topic string, n int) time.Duration {
+	ctx := context.Background()
+	c, err := js.CreateOrUpdateConsumer(ctx, topic, njs.ConsumerConfig{Durable: "raw", AckPolicy: njs.AckExplicitPolicy, DeliverPolicy: njs.DeliverAllPolicy})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	done, sink := 0, 0
+	for done < n {
+		batch, err := c.Fetch(100, njs.FetchMaxWait(time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			sink += len(m.Data())
+			if err := m.Ack(); err != nil {
+				b.Fatal(err)
+			}
+			done++
+		}
+	}
+	_ = sink
+	return time.Since(start)
+}
+
+// consumeFerry consumes with a Router over the default URL (one active
+// member) and a handler that touches each payload.
+func consumeFerry(b *testing.B, topic string, n int) time.Duration {
+	tr := open(b, sharedURL)
+	ctx := context.Background()
+	sub := transport.Subscription{Topic: topic, Group: "ferry", StartAtOldest: true}
+	st, err := tr.Subscribe(ctx, sub)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = st.Close(ctx) // creates the consumer at the start before the Router
+	r, err := ferry.NewRouter(ferry.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var handled, sink atomic.Int64
+	doneCh := make(chan struct{})
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		sink.Add(int64(len(m.Payload)))
+		if handled.Add(1) == int64(n) {
+			close(doneCh)
+		}
+		return nil
+	})
+	if err := r.Add("bench", tr, transport.Subscription{Topic: topic, Group: "ferry"}, h); err != nil {
+		b.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = r.Run(runCtx) }()
+	<-r.Ready()
+	start := time.Now()
+	select {
+	case <-doneCh:
+	case <-time.After(2 * time.Minute):
+		b.Fatalf("handled %d of %d", handled.Load(), n)
+	}
+	elapsed := time.Since(start)
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ccancel()
+	_ = r.Close(cctx)
+	return elapsed
+}
+
+// consumeStream consumes with the transport alone: one goroutine calling
+// Receive and Ack, as the raw loop does.
+func consumeStream(b *testing.B, topic string, n int) time.Duration {
+	tr := open(b, sharedURL)
+	ctx := context.Background()
+	st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "stream", StartAtOldest: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close(ctx)
+	start := time.Now()
+	sink := 0
+	for range n {
+		d, err := st.Receive(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sink += len(d.Message().Payload)
+		if err := d.Ack(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start)
+}
+
+// consumeWatermill consumes with watermill-nats/v2's JetStream subscriber
+// (a durable queue subscription, asynchronous acks), acking each message.
+func consumeWatermill(b *testing.B, topic string, n int) time.Duration {
+	sub, err := wmnats.NewSubscriber(wmnats.SubscriberConfig{
+		URL:              sharedURL,
+		QueueGroupPrefix: "wm",
+		SubscribersCount: 1,
+		AckWaitTimeout:   30 * time.Second,
+		JetStream: wmnats.JetStreamConfig{
+			AutoProvision:    false,
+			DurablePrefix:    "wm",
+			AckAsync:         true,
+			SubscribeOptions: []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit()},
+		},
+	}, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	msgs, err := sub.Subscribe(ctx, topic)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sink := 0
+	for range n {
+		select {
+		case m := <-msgs:
+			sink += len(m.Payload)
+			m.Ack()
+		case <-time.After(time.Minute):
+			b.Fatal("watermill stalled")
+		}
+	}
+	return time.Since(start)
+}
+
+// BenchmarkConsumeVsRaw consumes pre-filled streams of 1 KiB messages with
+// raw nats.go (Fetch 100, Ack each), a Ferry Router over the default URL,
+// the transport alone, and Watermill's NATS subscriber, each from its own
+// consumer of the same stream, five rounds with the order rotated. It
+// reports the median rates and the medians of the per-round ratios.
+func BenchmarkConsumeVsRaw(b *testing.B) {
+	requireShared(b)
+	n := max(b.N/benchRounds, 20000)
+	_, js := rawConn(b, sharedURL)
+	b.SetBytes(benchSize)
+	var raws, fers, sts, wms []float64
+	b.ResetTimer()
+	for r := range benchRounds {
+		b.StopTimer()
+		topic := uniq(b, fmt.Sprintf("bench-consume-%d", r))
+		cleanupStream(b, sharedURL, topic)
+		fill(b, js, topic, n)
+		b.StartTimer()
+		runs := []func(){
+			func() { raws = append(raws, float64(n)/consumeRaw(b, js, topic, n).Seconds()) },
+			func() { fers = append(fers, float64(n)/consumeFerry(b, topic, n).Seconds()) },
+			func() { sts = append(sts, float64(n)/consumeStream(b, topic, n).Seconds()) },
+			func() { wms = append(wms, float64(n)/consumeWatermill(b, topic, n).Seconds()) },
+		}
+		for i := range runs {
+			runs[(i+r)%len(runs)]()
+		}
+	}
+	b.StopTimer()
+	report(b, "consume", n, raws, map[string][]float64{"ferry": fers, "stream": sts, "watermill": wms})
+}
+
+// BenchmarkPublishVsRaw publishes 1 KiB messages over 100 keys: raw
+// nats.go PublishMsgAsync (a window of 4096, then PublishAsyncComplete)
+// against one Ferry PublishBatch of the same messages (the same window);
+// and, one message at a time, raw
+// PublishMsg against Ferry's Publish and Watermill's publisher (each
+// waiting for its PubAck). Five interleaved rounds, each on fresh streams.
+func BenchmarkPublishVsRaw(b *testing.B) {
+	requireShared(b)
+	n := max(b.N/benchRounds, 20000)
+	nSync := n / 10
+	_, js := rawConn(b, sharedURL)
+	tr := open(b, sharedURL)
+	payload := benchPayload()
+	ctx := context.Background()
+	wm, err := wmnats.NewPublisher(wmnats.PublisherConfig{URL: sharedURL, JetStream: wmnats.JetStreamConfig{TrackMsgId: true}}, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer wm.Close()
+	msgs := func(topic string, n int) []*handler.Message {
+		out := make([]*handler.Message, n)
+		for i := range out {
+			out[i] = &handler.Message{ID: fmt.Sprintf("p-%d", i), Key: fmt.Sprintf("k%03d", i%100), Topic: topic, Payload: payload}
+		}
+		return out
+	}
+	stream := func(name string) string {
+		cleanupStream(b, sharedURL, name)
+		if _, err := js.CreateStream(ctx, njs.StreamConfig{Name: name, Subjects: []string{name, name + ".>"}}); err != nil {
+			b.Fatal(err)
+		}
+		return name
+	}
+	raw := func(topic string, n int) time.Duration {
+		start := time.Now()
+		for i := range n {
+			m := nats.NewMsg(topic)
+			m.Data = payload
+			m.Header.Set("Nats-Msg-Id", fmt.Sprintf("p-%d", i))
+			m.Header.Set("ferry-key", fmt.Sprintf("k%03d", i%100))
+			if _, err := js.PublishMsgAsync(m, njs.WithStallWait(time.Minute)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-js.PublishAsyncComplete()
+		return time.Since(start)
+	}
+	ferryBatch := func(topic string, n int) time.Duration {
+		all := msgs(topic, n)
+		start := time.Now()
+		if err := tr.PublishBatch(ctx, all); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	rawSync := func(topic string, n int) time.Duration {
+		start := time.Now()
+		for i := range n {
+			m := nats.NewMsg(topic)
+			m.Data = payload
+			m.Header.Set("Nats-Msg-Id", fmt.Sprintf("p-%d", i))
+			m.Header.Set("ferry-key", fmt.Sprintf("k%03d", i%100))
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	ferrySync := func(topic string, n int) time.Duration {
+		all := msgs(topic, n)
+		start := time.Now()
+		for _, m := range all {
+			if err := tr.Publish(ctx, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	wmSync := func(topic string, n int) time.Duration {
+		start := time.Now()
+		for i := range n {
+			m := message.NewMessage(fmt.Sprintf("p-%d", i), payload)
+			if err := wm.Publish(topic, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	b.SetBytes(benchSize)
+	var raws, fers, rawSyncs, ferSyncs, wmSyncs []float64
+	b.ResetTimer()
+	for r := range benchRounds {
+		b.StopTimer()
+		names := make([]string, 5)
+		for i := range names {
+			names[i] = stream(uniq(b, fmt.Sprintf("bench-pub-%d-%d", r, i)))
+		}
+		b.StartTimer()
+		runs := []func(){
+			func() { raws = append(raws, float64(n)/raw(names[0], n).Seconds()) },
+			func() { fers = append(fers, float64(n)/ferryBatch(names[1], n).Seconds()) },
+			func() { rawSyncs = append(rawSyncs, float64(nSync)/rawSync(names[2], nSync).Seconds()) },
+			func() { ferSyncs = append(ferSyncs, float64(nSync)/ferrySync(names[3], nSync).Seconds()) },
+			func() { wmSyncs = append(wmSyncs, float64(nSync)/wmSync(names[4], nSync).Seconds()) },
+		}
+		for i := range runs {
+			runs[(i+r)%len(runs)]()
+		}
+	}
+	b.StopTimer()
+	report(b, "publish-async", n, raws, map[string][]float64{"ferry-batch": fers})
+	report(b, "publish-sync", nSync, rawSyncs, map[string][]float64{"ferry": ferSyncs, "watermill": wmSyncs})
+}
+
+// report logs the rates and reports the medians, and the median of the
+// per-round ratios to raw.
+func report(b *testing.B, what string, n int, raws []float64, others map[string][]float64) {
+	b.ReportMetric(median(raws), what+"-raw-msgs/s")
+	line := fmt.Sprintf("%s, rounds of %d messages: raw %v msg/s", what, n, rounded(raws))
+	names := make([]string, 0, len(others))
+	for k := range others {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		xs := others[name]
+		ratios := make([]float64, len(xs))
+		for i := range xs {
+			ratios[i] = xs[i] / raws[i]
+		}
+		b.ReportMetric(median(xs), what+"-"+name+"-msgs/s")
+		b.ReportMetric(median(ratios), what+"-"+name+"/raw")
+		line += fmt.Sprintf("; %s %v msg/s, ratios %.2f (median %.2f)", name, rounded(xs), ratios, median(ratios))
+	}
+	b.Log(line)
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func rounded(xs []float64) []int {
+	out := make([]int, len(xs))
+	for i, x := range xs {
+		out[i] = int(x)
+	}
+	return out
+}
