@@ -259,3 +259,35 @@ func (s *privateServer) thaw(tb testing.TB) {
 		tb.Fatal(err)
 	}
 }
+
+// expectNothing fails tb if st delivers anything within d: why says what
+// the delivery would mean.
+func expectNothing(tb testing.TB, st transport.Stream, d time.Duration, why string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if dl, err := st.Receive(ctx); err == nil {
+		tb.Errorf("%s: %q (attempt %d)", why, dl.Message().ID, dl.Message().Attempt())
+	}
+}
+
+// storedMsgs returns how many messages the stream that captures topic on
+// the server at url holds.
+func storedMsgs(tb testing.TB, url, topic string) uint64 {
+	tb.Helper()
+	ctx := context.Background()
+	_, js := rawConn(tb, url)
+	name, err := js.StreamNameBySubject(ctx, topic)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info.State.Msgs
+}

@@ -182,11 +182,7 @@ func TestPublishRefuses(t *testing.T) {
 		t.Fatalf("Receive = %v, %v; want the one accepted message", d, err)
 	}
 	_ = d.Ack(ctx)
-	qctx, qcancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer qcancel()
-	if d, err := st.Receive(qctx); err == nil {
-		t.Errorf("a refused message was stored: %q", d.Message().ID)
-	}
+	expectNothing(t, st, 500*time.Millisecond, "a refused message was stored")
 }
 
 // TestHeaderValuesExact: values NATS would trim or rewrite (leading and
@@ -263,21 +259,8 @@ func TestDedupeByID(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	_, js := rawConn(t, sharedURL)
-	name, err := js.StreamNameBySubject(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != 2 {
-		t.Errorf("the stream holds %d messages after 4 publishes of order-7 and 1 of order-8; want 2", info.State.Msgs)
+	if n := storedMsgs(t, sharedURL, topic); n != 2 {
+		t.Errorf("the stream holds %d messages after 4 publishes of order-7 and 1 of order-8; want 2", n)
 	}
 }
 
@@ -315,15 +298,8 @@ func TestPublishUnknownOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatalf("publishing again after the thaw: %v", err)
 	}
-	_, js := rawConn(t, srv.url())
-	name, _ := js.StreamNameBySubject(ctx, topic)
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, _ := s.Info(ctx)
-	if info.State.Msgs != 2 {
-		t.Errorf("stream holds %d messages; want 2 (warm, and order-9 once)", info.State.Msgs)
+	if n := storedMsgs(t, srv.url(), topic); n != 2 {
+		t.Errorf("stream holds %d messages; want 2 (warm, and order-9 once)", n)
 	}
 }
 
