@@ -14,9 +14,11 @@ import (
 )
 
 // TestInteropRawProducer: a plain nats.go JetStream producer (no Ferry)
-// sets Nats-Msg-Id, ferry-key and its own headers; a Ferry consumer reads
-// them as Message.ID, Key and Headers, and the stream drops the producer's
-// second publish of the same Nats-Msg-Id.
+// sets Nats-Msg-Id, ferry-key and its own headers (one with two values); a
+// Ferry consumer reads them as Message.ID, Key and Headers (the first
+// value), with the delivery facts (stream sequence as Offset, BrokerID
+// "<stream>/<sequence>"), and the stream drops the producer's second
+// publish of the same Nats-Msg-Id.
 func TestInteropRawProducer(t *testing.T) {
 	requireShared(t)
 	ctx := context.Background()
@@ -36,6 +38,8 @@ func TestInteropRawProducer(t *testing.T) {
 		m.Header.Set("ferry-key", "customer-42")
 		m.Header.Set("x-tenant", "eu")
 		m.Header.Set("Trace-Id", "abc")
+		m.Header.Add("x-multi", "first")
+		m.Header.Add("x-multi", "second")
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}
@@ -47,9 +51,14 @@ func TestInteropRawProducer(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := d.Message()
-	want := map[string]string{"x-tenant": "eu", "Trace-Id": "abc"}
+	want := map[string]string{"x-tenant": "eu", "Trace-Id": "abc", "x-multi": "first"}
 	if m.ID != "order-7/placed" || m.Key != "customer-42" || string(m.Payload) != `{"order":7}` || !maps.Equal(m.Headers, want) {
 		t.Errorf("got ID %q Key %q Payload %q Headers %v", m.ID, m.Key, m.Payload, m.Headers)
+	}
+	f := m.Facts()
+	if f.Transport != "nats" || f.Partition != 0 || f.Offset != 1 || f.BrokerID != topic+"/1" || f.Attempt != 1 ||
+		time.Since(f.PublishedAt) > time.Minute || f.ReceivedAt.Before(f.PublishedAt) {
+		t.Errorf("Facts = %+v", f)
 	}
 	_ = d.Ack(ctx)
 	expectNothing(t, st, 500*time.Millisecond, "the second publish of the same Nats-Msg-Id was delivered")
