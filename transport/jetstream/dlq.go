@@ -23,14 +23,14 @@ var ErrMaxDeliveries = errors.New("jetstream: delivered max_deliveries times wit
 // again. If the publish fails the message is Nacked for a second and
 // dead-lettered at its next delivery; a crash in between redelivers it,
 // and the DLQ's duplicate window drops the second copy (same Nats-Msg-Id).
-func (s *stream) deadLetter(p *part, raw njs.Msg, md *njs.MsgMetadata) {
+func (s *stream) deadLetter(p *part, raw njs.Msg, md meta) {
 	now := time.Now()
 	m := &handler.Message{}
 	decode(m, raw.Subject(), raw.Data(), raw.Headers(), s.topic)
-	f := facts(md, p.idx, now)
+	f := facts(s.name, md, p.idx, now)
 	f.Group = s.pl.group
 	m.SetFacts(f)
-	attempts := int(md.NumDelivered) - 1
+	attempts := int(md.delivered) - 1
 	cause := fmt.Errorf("%w (%d deliveries, max_deliveries %d)", ErrMaxDeliveries, attempts, s.pl.cc.maxDeliveries)
 	dl := transport.NewDeadLetter(m, cause, now)
 	dl.Attempts = attempts

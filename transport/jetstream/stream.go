@@ -299,18 +299,18 @@ func (s *stream) accept(p *part, raw njs.Msg) *delivery {
 		// comes back after AckWait, in order.
 		return nil
 	}
-	md, err := raw.Metadata()
-	if err != nil {
-		s.log.Warn("jetstream: a pulled message has no JetStream metadata; dropped", "stream", s.name, "consumer", p.name, "err", err)
+	md, ok := parseMeta(raw.Reply())
+	if !ok {
+		s.log.Warn("jetstream: a pulled message has no JetStream metadata; dropped", "stream", s.name, "consumer", p.name)
 		return nil
 	}
-	if n := s.pl.cc.maxDeliveries; n > 0 && int(md.NumDelivered) > n {
+	if n := s.pl.cc.maxDeliveries; n > 0 && int(md.delivered) > n {
 		s.deadLetter(p, raw, md)
 		return nil
 	}
 	d := &delivery{s: s, p: p, raw: raw, epoch: p.batchEpoch, recv: now.UnixNano()}
 	decode(&d.msg, raw.Subject(), raw.Data(), raw.Headers(), s.topic)
-	d.msg.SetFacts(facts(md, p.idx, now))
+	d.msg.SetFacts(facts(s.name, md, p.idx, now))
 	p.active.Add(1)
 	s.mu.Lock()
 	s.live[d] = struct{}{}
@@ -424,8 +424,6 @@ func (s *stream) drain(ctx context.Context, p *part) []njs.Msg {
 
 // streamSeq is m's stream sequence, or 0.
 func streamSeq(m njs.Msg) uint64 {
-	if md, err := m.Metadata(); err == nil {
-		return md.Sequence.Stream
-	}
-	return 0
+	md, _ := parseMeta(m.Reply())
+	return md.seq
 }

@@ -346,15 +346,72 @@ func brokerID(stream string, seq uint64) string {
 	return stream + "/" + strconv.FormatUint(seq, 10)
 }
 
-// facts are the delivery facts of a message with metadata md.
-func facts(md *njs.MsgMetadata, part int, now time.Time) handler.Facts {
+// meta is what the transport reads of a message's JetStream metadata.
+type meta struct {
+	delivered uint64 // NumDelivered
+	seq       uint64 // the stream sequence
+	ts        int64  // when the stream stored it, unix nanos
+}
+
+// parseMeta reads meta from a JetStream reply subject without allocating:
+// "$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>"
+// (9 tokens), or with "<domain>.<account hash>." after "$JS.ACK." and a
+// random token at the end (12 or more), as nats.go's parser reads it.
+func parseMeta(reply string) (meta, bool) {
+	const prefix = "$JS.ACK."
+	if !strings.HasPrefix(reply, prefix) {
+		return meta{}, false
+	}
+	tokens := strings.Count(reply, ".") + 1
+	first := 4 // the delivered token in the 9-token form
+	switch {
+	case tokens == 9:
+	case tokens >= 12:
+		first = 6
+	default:
+		return meta{}, false
+	}
+	var m meta
+	tok, rest := 0, reply
+	for {
+		part, tail, more := strings.Cut(rest, ".")
+		switch tok - first {
+		case 0:
+			m.delivered = parseUint(part)
+		case 1:
+			m.seq = parseUint(part)
+		case 3:
+			m.ts = int64(parseUint(part))
+			if m.delivered == 0 || m.seq == 0 {
+				return meta{}, false
+			}
+			return m, true
+		}
+		if !more {
+			return meta{}, false
+		}
+		tok, rest = tok+1, tail
+	}
+}
+
+// parseUint reads a decimal; 0 if it is not one.
+func parseUint(s string) uint64 {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// facts are the delivery facts of a message of stream with metadata md.
+func facts(stream string, md meta, part int, now time.Time) handler.Facts {
 	return handler.Facts{
-		Attempt:     int(md.NumDelivered),
+		Attempt:     int(md.delivered),
 		Transport:   Scheme,
 		Partition:   int32(part),
-		Offset:      int64(md.Sequence.Stream),
-		BrokerID:    brokerID(md.Stream, md.Sequence.Stream),
-		PublishedAt: md.Timestamp,
+		Offset:      int64(md.seq),
+		BrokerID:    brokerID(stream, md.seq),
+		PublishedAt: time.Unix(0, md.ts),
 		ReceivedAt:  now,
 	}
 }
