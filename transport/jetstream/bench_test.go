@@ -34,7 +34,7 @@ func BenchmarkConformance(b *testing.B) {
 }
 
 const (
-	benchRounds = 5
+	benchRounds = 7
 	benchSize   = 1024
 )
 
@@ -71,10 +71,13 @@ func fill(b *testing.B, js njs.JetStream, topic string, n int) {
 }
 
 // consumeRaw is the baseline: one loop of Fetch(100) and an Ack per
-// message on a durable pull consumer, touching each payload.
+// message on a durable pull consumer configured as Ferry's (filtered on
+// the topic), touching each payload.
 func consumeRaw(b *testing.B, js njs.JetStream, topic string, n int) time.Duration {
 	ctx := context.Background()
-	c, err := js.CreateOrUpdateConsumer(ctx, topic, njs.ConsumerConfig{Durable: "raw", AckPolicy: njs.AckExplicitPolicy, DeliverPolicy: njs.DeliverAllPolicy})
+	// The consumer Ferry makes for a topic: filtered on it, explicit acks.
+	c, err := js.CreateOrUpdateConsumer(ctx, topic, njs.ConsumerConfig{Durable: "raw", FilterSubject: topic,
+		AckPolicy: njs.AckExplicitPolicy, DeliverPolicy: njs.DeliverAllPolicy, MaxAckPending: 1000})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -208,7 +211,7 @@ func consumeWatermill(b *testing.B, topic string, n int) time.Duration {
 // BenchmarkConsumeVsRaw consumes pre-filled streams of 1 KiB messages with
 // raw nats.go (Fetch 100, Ack each), a Ferry Router over the default URL,
 // the transport alone, and Watermill's NATS subscriber, each from its own
-// consumer of the same stream, five rounds with the order rotated. It
+// consumer of the same stream, seven rounds with the order rotated. It
 // reports the median rates and the medians of the per-round ratios.
 func BenchmarkConsumeVsRaw(b *testing.B) {
 	requireShared(b)
@@ -242,7 +245,7 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 // against one Ferry PublishBatch of the same messages (the same window);
 // and, one message at a time, raw
 // PublishMsg against Ferry's Publish and Watermill's publisher (each
-// waiting for its PubAck). Five interleaved rounds, each on fresh streams.
+// waiting for its PubAck). Seven interleaved rounds, each on fresh streams.
 func BenchmarkPublishVsRaw(b *testing.B) {
 	requireShared(b)
 	n := max(b.N/benchRounds, 20000)
