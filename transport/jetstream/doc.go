@@ -21,7 +21,8 @@
 //   - Connection: name, timeout (5s), max_payload, nkey_seed_file, tls,
 //     tls_ca, tls_cert, tls_key.
 //   - Streams: stream, create (true), storage (file), replicas (1),
-//     max_age, duplicates, partitions (1), key_subject (false).
+//     max_age, duplicates, partitions (1), key_subject (false), dedupe
+//     (true).
 //   - Subscription defaults, also accepted in Subscription.Options: mode
 //     (exclusive or shared), ack_wait (30s), max_extend (1h), fetch (100),
 //     fetch_wait (1s), max_ack_pending (1000), max_deliveries (0),

@@ -242,7 +242,8 @@ func TestHeaderValuesExact(t *testing.T) {
 
 // TestDedupeByID: a second publish of the same Message.ID within the
 // stream's duplicate window is acknowledged and not stored (Nats-Msg-Id),
-// so a producer that retries after ErrUnknownOutcome leaves one copy.
+// so a producer that retries after ErrUnknownOutcome leaves one copy;
+// with dedupe=false both are stored and delivered with the ID.
 func TestDedupeByID(t *testing.T) {
 	requireShared(t)
 	ctx := context.Background()
@@ -261,6 +262,29 @@ func TestDedupeByID(t *testing.T) {
 	}
 	if n := storedMsgs(t, sharedURL, topic); n != 2 {
 		t.Errorf("the stream holds %d messages after 4 publishes of order-7 and 1 of order-8; want 2", n)
+	}
+	// With dedupe=false every publish is stored, and the consumer gets
+	// both copies with the ID (carried in ferry-id).
+	off := uniq(t, "nodedupe")
+	cleanupStream(t, sharedURL, off)
+	tr2 := open(t, sharedURL+"?dedupe=false")
+	st, err := tr2.Subscribe(ctx, transport.Subscription{Topic: off, Group: uniq(t, "g"), Options: map[string]string{"fetch_wait": "100ms"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(ctx)
+	for range 2 {
+		if err := tr2.Publish(ctx, &handler.Message{ID: "order-9/placed", Topic: off}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := storedMsgs(t, sharedURL, off); n != 2 {
+		t.Errorf("dedupe=false: the stream holds %d messages after 2 publishes of one ID; want 2", n)
+	}
+	for _, id := range drainN(t, st, 2, 5*time.Second) {
+		if id != "order-9/placed" {
+			t.Errorf("dedupe=false: received ID %q", id)
+		}
 	}
 }
 

@@ -68,6 +68,7 @@ type config struct {
 	duplicates time.Duration
 	partitions int
 	keySubject bool
+	noDedupe   bool
 
 	consume consumeConfig
 	log     *slog.Logger
@@ -336,6 +337,17 @@ func Partitions(n int) Option {
 // it. URL key key_subject.
 func KeySubject(on bool) Option {
 	return optionFunc(func(c *config) { c.keySubject = on })
+}
+
+// Dedupe sets whether Publish puts Message.ID in Nats-Msg-Id (true, the
+// default), so that the stream drops a second publish of the same ID
+// within its duplicate window ([DuplicateWindow]); a producer retrying
+// after [transport.ErrUnknownOutcome] then leaves one copy. With false the
+// ID travels in the ferry-id header ([transport.HeaderID]) only: every
+// publish is stored, and duplicates reach the consumers, for their own
+// dedupe to count. URL key dedupe.
+func Dedupe(on bool) Option {
+	return optionFunc(func(c *config) { c.noDedupe = !on })
 }
 
 // Mode is how the members of a group share a partition's consumer.

@@ -31,6 +31,7 @@ const (
 	keyDuplicates   = "duplicates"
 	keyPartitions   = "partitions"
 	keyKeySubject   = "key_subject"
+	keyDedupe       = "dedupe"
 )
 
 // Consume keys, in the URL and in Subscription.Options.
@@ -151,6 +152,9 @@ func parse(rawURL string, opts []Option) (config, error) {
 	}
 	if b, ok := q.Bool(keyKeySubject); ok {
 		fromURL = append(fromURL, KeySubject(b))
+	}
+	if b, ok := q.Bool(keyDedupe); ok {
+		fromURL = append(fromURL, Dedupe(b))
 	}
 	fromURL = append(fromURL, consumeOptions(q)...)
 	if err := q.Err(); err != nil {

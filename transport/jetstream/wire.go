@@ -283,6 +283,10 @@ func (t *Transport) encode(m *handler.Message, msgID string) (*nats.Msg, error) 
 		msg.Header[k] = []string{encodeValue(v)}
 	}
 	switch {
+	case t.cfg.noDedupe:
+		if m.ID != "" {
+			msg.Header[headerID] = []string{encodeValue(m.ID)}
+		}
 	case msgID != "":
 		msg.Header[headerMsgID] = []string{encodeValue(msgID)}
 		if m.ID != "" {
