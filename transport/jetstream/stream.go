@@ -293,11 +293,6 @@ func (s *stream) accept(p *part, raw njs.Msg) *delivery {
 		// pull ends.
 		p.back = append(p.back, raw)
 		return nil
-	case now.Sub(p.fetchedAt) > s.ackWait/2:
-		// Pulled too long ago: its AckWait may have run out while it waited
-		// here, and the server may have given it to another member. It
-		// comes back after AckWait, in order.
-		return nil
 	}
 	md, ok := parseMeta(raw.Reply())
 	if !ok {
@@ -307,6 +302,14 @@ func (s *stream) accept(p *part, raw njs.Msg) *delivery {
 	if n := s.pl.cc.maxDeliveries; n > 0 && int(md.delivered) > n {
 		s.deadLetter(p, raw, md)
 		return nil
+	}
+	if now.Sub(p.fetchedAt) > s.ackWait/3 {
+		// It waited in the pull's buffer, where the heartbeat does not
+		// see it, while the Router was busy: restart its AckWait now. Had
+		// it run out already, the server redelivers it later, a duplicate
+		// that dedupe absorbs; dropping it instead would let newer
+		// messages overtake it.
+		_ = raw.InProgress()
 	}
 	d := &delivery{s: s, p: p, raw: raw, epoch: p.batchEpoch, recv: now.UnixNano()}
 	decode(&d.msg, raw.Subject(), raw.Data(), raw.Headers(), s.topic)
