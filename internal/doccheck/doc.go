@@ -12,8 +12,10 @@
 //     exit, as a service would. The expected output is the ```text block
 //     that follows the program, if any: each of its lines must appear in
 //     the program's output, in order.
-//   - A fragment (anything else). It must appear, line for line after
+//   - A fragment (anything else). Each of its paragraphs (lines between
+//     blank lines; comment lines aside) must appear, line for line after
 //     trimming indentation, in one of the repository's _test.go files, where
-//     go test compiles it and, in an Example with // Output:, runs it. So a
+//     go test compiles it and, in an Example with // Output:, runs it; an
+//     `import _ "p"` line matches the `_ "p"` of an import block. So a
 //     fragment cannot drift from code that is tested.
 package doccheck

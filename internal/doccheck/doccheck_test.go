@@ -169,18 +169,39 @@ func trimmed(s string) []string {
 	return out
 }
 
-// containsLines reports whether the non-blank lines of frag appear, in a
-// row, in one of files.
+// containsLines reports whether each paragraph of frag (its runs of lines
+// between blank lines, comment lines left out) appears, its lines in a row,
+// in one of files. An import line matches the package's line in any import
+// block (`import _ "p"` matches `"p"`, `_ "p"` or `name "p"`).
 func containsLines(files [][]string, frag string) bool {
-	want := trimmed(frag)
-	if len(want) == 0 {
-		return true
+	for _, para := range strings.Split(frag, "\n\n") {
+		var want []func(string) bool
+		for _, l := range trimmed(para) {
+			if strings.HasPrefix(l, "//") {
+				continue
+			}
+			if rest, ok := strings.CutPrefix(l, "import "); ok {
+				path := rest[strings.Index(rest, `"`):]
+				want = append(want, func(have string) bool { return have == path || strings.HasSuffix(have, " "+path) })
+				continue
+			}
+			want = append(want, func(have string) bool { return have == l })
+		}
+		if len(want) > 0 && !paragraphIn(files, want) {
+			return false
+		}
 	}
+	return true
+}
+
+// paragraphIn reports whether want matches a run of lines of one of files.
+// A paragraph of import lines alone matches them anywhere in one file.
+func paragraphIn(files [][]string, want []func(string) bool) bool {
 	for _, lines := range files {
 	next:
 		for i := 0; i+len(want) <= len(lines); i++ {
 			for j, w := range want {
-				if lines[i+j] != w {
+				if !w(lines[i+j]) {
 					continue next
 				}
 			}
