@@ -15,6 +15,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/internal/routertest"
 	"github.com/ferrymq/ferry/middleware"
@@ -60,28 +61,12 @@ func run(t testing.TB, b transport.Subscriber, name, topic string, h handler.Han
 	if err := r.Add(name, b, sub(topic, name), h, opts...); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	select {
-	case <-r.Ready():
-	case err := <-done:
-		t.Fatalf("Run returned early: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("router not ready")
+	rr := ferrytest.Start(t, r)
+	return func(drain time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), drain)
+		defer cancel()
+		return rr.Close(ctx)
 	}
-	var once sync.Once
-	var cerr error
-	stop = func(drain time.Duration) error {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), drain)
-			defer cancel()
-			cerr = r.Close(ctx)
-			<-done
-		})
-		return cerr
-	}
-	t.Cleanup(func() { _ = stop(10 * time.Second) })
-	return stop
 }
 
 // tbWriter sends the Router's log to the test's log.

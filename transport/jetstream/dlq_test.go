@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/transport"
@@ -62,21 +63,7 @@ func runRouter(tb testing.TB, tr transport.Subscriber, sub transport.Subscriptio
 	if err := r.Add(sub.Group, tr, sub, h, opts...); err != nil {
 		tb.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	select {
-	case <-r.Ready():
-	case err := <-done:
-		tb.Fatalf("Run: %v", err)
-	case <-time.After(15 * time.Second):
-		tb.Fatal("router not ready")
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = r.Close(ctx)
-		<-done
-	})
+	ferrytest.Start(tb, r)
 	return r
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/transport"
@@ -218,9 +219,7 @@ func TestDeadLetterRecommended(t *testing.T) {
 	if err := r.Add("billing", tr, sub, stack(h)); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = r.Run(context.Background()) }()
-	t.Cleanup(func() { _ = r.Close(ctxT(t, 10*time.Second)) })
-	<-r.Ready()
+	ferrytest.Start(t, r)
 	publishAll(t, tr, []*handler.Message{ // bad-1 first: offset 0 of its partition
 		{ID: "bad-1", Key: "cust-2", Topic: "bill", Payload: []byte(`{"currency":"XXX"}`), Headers: map[string]string{"app": "shop", "trace": "t-1"}},
 		{ID: "ok-1", Key: "cust-1", Topic: "bill", Payload: []byte("fine")},

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/kafka"
@@ -214,20 +215,7 @@ func runRouter(t testing.TB, tr transport.Subscriber, sub transport.Subscription
 	if err := r.Add("sub", tr, sub, h, opts...); err != nil {
 		t.Fatal(err)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- r.Run(context.Background()) }()
-	select {
-	case <-r.Ready():
-	case err := <-errc:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("router not ready")
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = r.Close(ctx)
-	})
+	ferrytest.Start(t, r)
 	return r
 }
 

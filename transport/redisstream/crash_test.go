@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 )
@@ -75,23 +76,7 @@ func runRouter(t *testing.T, tr transport.Transport, sub transport.Subscription,
 	if err := r.Add("test", tr, sub, h, opts...); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer ccancel()
-		_ = r.Close(cctx)
-		<-done
-	})
-	select {
-	case <-r.Ready():
-	case err := <-done:
-		t.Fatalf("Router.Run: %v", err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("Router not ready")
-	}
+	ferrytest.Start(t, r)
 }
 
 // TestKill starts a consumer in a child process, kills it with SIGKILL in
