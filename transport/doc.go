@@ -6,8 +6,9 @@
 // [Transport]), registers an [Opener] for its URL scheme from init, in the
 // database/sql driver style, and declares its [Semantics] on every [Stream].
 // Optional capabilities are small extra interfaces found by type assertion:
-// [BatchPublisher], [Extender] on a Delivery, [DeadLetters] and [LagReporter]
-// on a Transport.
+// [BatchPublisher], [AsyncPublisher] (a pipelined publish window),
+// [Declarer], [DLQNamer], [Extender] on a Delivery, [DeadLetters] and
+// [LagReporter] on a Transport.
 //
 // The contract, in one place:
 //
