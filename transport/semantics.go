@@ -67,6 +67,16 @@ type Semantics struct {
 	// delay or a closed consumer, before the broker redelivers; transporttest
 	// uses it to bound its waits. Zero means promptly.
 	RedeliveryDelay time.Duration
+
+	// MaxUnsettled is how many deliveries a stream hands out unsettled:
+	// while that many are, Receive waits until one of them is acked or
+	// nacked. Zero means no bound the transport knows of (the broker's
+	// prefetch or fetch window keeps Receive going). A Watermill
+	// subscriber hands out its next message only once the previous one is
+	// acked: 1. At 1, the Router runs one message of the subscription at a
+	// time whatever its Concurrency, and a retry it holds in process (where
+	// NackDelay is false) holds up every key.
+	MaxUnsettled int
 }
 
 // Ordering is the scope of a transport's ordering guarantee.

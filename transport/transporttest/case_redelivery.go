@@ -67,8 +67,11 @@ func (s *suite) successor(t testing.TB, m *member) *member {
 // consumer goes away, and that none is lost: consumer A receives 20
 // messages of one key, acks all but the 6th and the 13th, and leaves
 // (its stream closes; its connection too where Redelivery is
-// on-reconnect). Consumer B of the same group must then receive the two
-// unacked messages, within Semantics.RedeliveryDelay, and:
+// on-reconnect). Where Semantics.MaxUnsettled bounds the stream, A stops
+// receiving once it holds that many unacked (after the 6th, with a bound
+// of 1). Consumer B of the same group must then receive the unacked
+// messages, within Semantics.RedeliveryDelay, and those A never received,
+// and:
 //   - per-message: nothing else;
 //   - offset or in-order: nothing before the first unacked message (the
 //     acked messages after it may come again, since a commit or an
@@ -88,10 +91,16 @@ func (s *suite) testAck(t *testing.T) {
 	}
 	var order []string
 	unacked := make(map[string]bool)
+	seen := make(map[string]bool)
 	for i := range want {
+		if sem.MaxUnsettled > 0 && len(unacked) >= sem.MaxUnsettled {
+			t.Logf("Semantics.MaxUnsettled is %d: consumer A holds that many unacked and receives no more after %d messages", sem.MaxUnsettled, i)
+			break
+		}
 		d := a.p.next(t, margin, fmt.Sprintf("message %d of %d", i+1, len(want)))
 		id := ident(t, sem, d.Message())
 		order = append(order, id)
+		seen[id] = true
 		if i == 5 || i == 12 {
 			unacked[id] = true // left unsettled
 			continue
@@ -101,6 +110,13 @@ func (s *suite) testAck(t *testing.T) {
 	firstGap := 5
 	s.leave(t, a)
 	left := time.Now()
+	// Messages A never received (held back by MaxUnsettled) are owed to B.
+	owed := make(map[string]bool)
+	for _, id := range want {
+		if !seen[id] {
+			owed[id] = true
+		}
+	}
 
 	b := s.successor(t, a)
 	mayAgain := make(map[string]bool)
@@ -110,6 +126,7 @@ func (s *suite) testAck(t *testing.T) {
 		}
 	}
 	missing := maps.Clone(unacked)
+	maps.Copy(missing, owed)
 	var again []string // acked, allowed to come again
 	deadline := time.Now().Add(redeliverWithin(sem))
 	for len(missing) > 0 {
@@ -119,7 +136,10 @@ func (s *suite) testAck(t *testing.T) {
 		}
 		id := ident(t, sem, d.Message())
 		switch {
-		case unacked[id]:
+		case unacked[id] || owed[id]:
+			if !missing[id] {
+				t.Errorf("message %q delivered twice to the next consumer", id)
+			}
 			delete(missing, id)
 		case mayAgain[id]:
 			again = append(again, id)

@@ -3,6 +3,7 @@ package transporttest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -185,4 +186,50 @@ func (s *suite) testClose(t *testing.T) {
 	if err := other.Close(ctx); err != nil {
 		t.Errorf("second Transport.Close = %v; want nil", err)
 	}
+}
+
+// maxWindowChecked bounds the window the MaxUnsettled case fills: a larger
+// declared bound is too large to be a property worth proving message by
+// message.
+const maxWindowChecked = 1000
+
+// testMaxUnsettled proves Semantics.MaxUnsettled: with that many
+// deliveries unsettled, Receive hands out nothing more (for the quiet
+// window); once one of them is acked, the next message comes, and every
+// message arrives exactly once.
+func (s *suite) testMaxUnsettled(t *testing.T) {
+	conn := s.open(t)
+	topic := s.topic(t, "window")
+	st := s.subscribe(t, conn, s.sub(t, topic, UniqueName(t, "g")))
+	sem := st.Semantics()
+	n := sem.MaxUnsettled
+	if n <= 0 {
+		t.Skipf("Semantics.MaxUnsettled is 0: no bound on unsettled deliveries declared")
+	}
+	if n > maxWindowChecked {
+		t.Fatalf("Semantics.MaxUnsettled is %d, over the %d the suite checks", n, maxWindowChecked)
+	}
+	want := ids("win", n+1)
+	for i, id := range want {
+		publish(t, conn, newMsg(topic, id, keyName(i), i))
+	}
+	p := startPump(t, st)
+	counts := make(map[string]int)
+	held := make([]transport.Delivery, 0, n)
+	for i := range n {
+		d := p.next(t, margin, fmt.Sprintf("unsettled delivery %d of %d", i+1, n))
+		counts[ident(t, sem, d.Message())]++
+		held = append(held, d)
+	}
+	p.none(t, fmt.Sprintf("Semantics.MaxUnsettled is %d: Receive must wait while %d deliveries are unsettled", n, n))
+	ack(t, held[0])
+	d := p.next(t, margin, "the next message once one of the unsettled deliveries was acked")
+	counts[ident(t, sem, d.Message())]++
+	ack(t, d)
+	for _, d := range held[1:] {
+		ack(t, d)
+	}
+	p.none(t, "every message was acked")
+	exactlyOnce(t, want, counts, false, "")
+	s.cov.exercise("MaxUnsettled")
 }

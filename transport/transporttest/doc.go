@@ -90,7 +90,9 @@
 //     order, whatever their keys.
 //   - Ack: a consumer receives 20 messages of one key, acks all but the 6th
 //     and the 13th, and leaves (its stream closes; its connection too where
-//     Redelivery is on-reconnect). The next consumer receives the two, within
+//     Redelivery is on-reconnect); where MaxUnsettled bounds the stream, it
+//     stops receiving once it holds that many unacked. The next consumer
+//     receives the unacked ones and those never received, within
 //     RedeliveryDelay, and for Ack per-message nothing else; for offset and
 //     in-order nothing before the first gap. No message is lost.
 //   - Redelivery/OnNack: Nack(0) brings a message back within
@@ -108,6 +110,8 @@
 //   - Extend: deliveries implement [transport.Extender] and Extend returns
 //     nil; where Extend is false, a delivery that implements it anyway must
 //     return errors.ErrUnsupported.
+//   - MaxUnsettled: with that many deliveries unsettled, Receive hands out
+//     nothing more; once one is acked, the next message comes.
 //   - NativeDLQ: with the harness's [DeadLetterMaker], a message nacked up to
 //     the broker's limit is moved to the dead-letter queue with its ID,
 //     payload and headers, is not delivered again, and does not hold up the
@@ -130,13 +134,15 @@
 //     unfinished message, which is not acked even when its handler returns
 //     later. The next consumer
 //     receives exactly the abandoned message and the one published after
-//     Close began.
+//     Close began. Three handlers finish during the drain, fewer where
+//     MaxUnsettled leaves no room for them (none at 1).
 //   - Router/Poison: an undecodable payload (handler.JSON) becomes a
 //     permanent error, seen once, and does not hold up the other messages,
 //     even of its own Key. A tiny middleware records permanent errors and
 //     acks them, standing in for dead-lettering.
 //   - Restart (with a [Restarter]): acked messages stay acked, and unacked
-//     and unconsumed ones are delivered, after the broker restarts.
+//     and unconsumed ones are delivered, after the broker restarts (the
+//     consumer leaves with at most MaxUnsettled unacked).
 //
 // Every stream the suite reads has its Receive cancelled when the case
 // ends, and that Receive must return within 2s.

@@ -31,7 +31,8 @@ var mutants = []struct {
 	fails  string // the case that must catch it; "" runs the whole suite
 	output string // text the failure must contain
 }{
-	{"none", "", ""}, // control: the wrapper alone passes the whole suite
+	{"none", "", ""},   // control: the wrapper alone passes the whole suite
+	{"window", "", ""}, // control: a stream that enforces the MaxUnsettled of 1 it declares passes too
 	{"hold-back", "Ordering/PerKey", "per-key order broken on the stream"},
 	{"hold-back", "Ordering/PerKeyRouter", "per-key order broken"},
 	{"ack-noop", "Ack", "was acked before the consumer left, but was delivered again"},
@@ -53,6 +54,7 @@ var mutants = []struct {
 	{"key-scatter", "Ordering/PerKey", "per-key order broken on the stream"},
 	{"key-scatter", "Ordering/PerKeyRouter", "per-key order broken"},
 	{"declare-nativedlq", "", "Semantics.NativeDLQ = true is declared, but no conformance case proved it"},
+	{"declare-window", "MaxUnsettled", "Receive must wait while 1 deliveries are unsettled"},
 }
 
 // TestSuiteCatchesMutants runs the suite against each mutant in a child
@@ -84,7 +86,7 @@ func TestSuiteCatchesMutants(t *testing.T) {
 			if err != nil && !errors.As(err, &exit) {
 				t.Fatalf("running the suite: %v", err)
 			}
-			if m.name == "none" {
+			if m.output == "" {
 				if err != nil {
 					t.Fatalf("the unmutated wrapper fails the suite:\n%s", out)
 				}
@@ -159,7 +161,7 @@ func (c *mutConn) Subscribe(ctx context.Context, sub transport.Subscription) (tr
 	if err != nil {
 		return nil, err
 	}
-	return &mutStream{Stream: st, m: c.m, unsettled: make(map[*mutDelivery]bool)}, nil
+	return &mutStream{Stream: st, m: c.m, unsettled: make(map[*mutDelivery]bool), room: make(chan struct{}, 1)}, nil
 }
 
 type heldDelivery struct {
@@ -177,6 +179,8 @@ type mutStream struct {
 
 	mu        sync.Mutex
 	unsettled map[*mutDelivery]bool
+	closed    atomic.Bool
+	room      chan struct{} // "window": a settle or Close happened
 }
 
 func (s *mutStream) Semantics() transport.Semantics {
@@ -188,8 +192,36 @@ func (s *mutStream) Semantics() transport.Semantics {
 		sem.Extend = true
 	case "declare-nativedlq":
 		sem.NativeDLQ = true
+	case "window", "declare-window":
+		sem.MaxUnsettled = 1
 	}
 	return sem
+}
+
+// waitWindow blocks while the stream holds a delivery unsettled: the
+// "window" stream keeps the MaxUnsettled of 1 it declares.
+func (s *mutStream) waitWindow(ctx context.Context) error {
+	for !s.closed.Load() {
+		s.mu.Lock()
+		n := len(s.unsettled)
+		s.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-s.room:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (s *mutStream) wake() {
+	select {
+	case s.room <- struct{}{}:
+	default:
+	}
 }
 
 func (s *mutStream) Receive(ctx context.Context) (transport.Delivery, error) {
@@ -204,6 +236,10 @@ func (s *mutStream) Receive(ctx context.Context) (transport.Delivery, error) {
 		}
 	case "hold-back":
 		return s.holdBack(ctx)
+	case "window":
+		if err := s.waitWindow(ctx); err != nil {
+			return nil, err
+		}
 	}
 	d, err := s.Stream.Receive(ctx)
 	if err != nil {
@@ -289,6 +325,8 @@ func (s *mutStream) wrap(d transport.Delivery) *mutDelivery {
 }
 
 func (s *mutStream) Close(ctx context.Context) error {
+	s.closed.Store(true)
+	s.wake()
 	if s.m == "close-acks" {
 		s.mu.Lock()
 		ds := maps.Clone(s.unsettled)
@@ -313,6 +351,7 @@ func (d *mutDelivery) settle() (again bool) {
 	d.s.mu.Lock()
 	delete(d.s.unsettled, d)
 	d.s.mu.Unlock()
+	d.s.wake()
 	return d.settled.Swap(true)
 }
 

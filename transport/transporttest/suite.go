@@ -93,6 +93,7 @@ var parallelCases = []testCase{
 	{"NackDelay", (*suite).testNackDelay},
 	{"Attempts", (*suite).testAttempts},
 	{"Extend", (*suite).testExtend},
+	{"MaxUnsettled", (*suite).testMaxUnsettled},
 	{"NativeDLQ", (*suite).testNativeDLQ},
 	{"Settle/Twice", (*suite).testSettleTwice},
 	{"Cancel/Receive", (*suite).testCancelReceive},
@@ -129,9 +130,9 @@ func (s *suite) probe(t *testing.T) {
 
 // describe renders sem for logs.
 func describe(sem transport.Semantics) string {
-	return fmt.Sprintf("Ordering=%v Ack=%v Redelivery=%v NackDelay=%t Attempts=%t Extend=%t NativeDLQ=%t FanOut=%t Replay=%t Headers=%t MaxPayload=%d RedeliveryDelay=%v",
+	return fmt.Sprintf("Ordering=%v Ack=%v Redelivery=%v NackDelay=%t Attempts=%t Extend=%t NativeDLQ=%t FanOut=%t Replay=%t Headers=%t MaxPayload=%d RedeliveryDelay=%v MaxUnsettled=%d",
 		sem.Ordering, sem.Ack, sem.Redelivery, sem.NackDelay, sem.Attempts, sem.Extend,
-		sem.NativeDLQ, sem.FanOut, sem.Replay, sem.Headers, sem.MaxPayload, sem.RedeliveryDelay)
+		sem.NativeDLQ, sem.FanOut, sem.Replay, sem.Headers, sem.MaxPayload, sem.RedeliveryDelay, sem.MaxUnsettled)
 }
 
 // open returns a new connection from the harness.
@@ -257,6 +258,7 @@ func (c *coverage) declare(sem transport.Semantics) {
 	add("Headers", sem.Headers, true)
 	add("MaxPayload", sem.MaxPayload > 0, sem.MaxPayload)
 	add("RedeliveryDelay", sem.RedeliveryDelay > 0, sem.RedeliveryDelay)
+	add("MaxUnsettled", sem.MaxUnsettled > 0, sem.MaxUnsettled)
 }
 
 // exercise records that a case has proven field.
