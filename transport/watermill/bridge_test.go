@@ -345,27 +345,13 @@ func TestSQLAckDeadlineRevokes(t *testing.T) {
 	pool := sqlPool(t)
 	topic := transporttest.UniqueName(t, "deadline")
 	dropTopic(t, pool, topic)
-	db := wsql.BeginnerFromPgx(pool)
 	deadline := 300 * time.Millisecond
-	pub, err := wsql.NewPublisher(db, wsql.PublisherConfig{SchemaAdapter: sqlSchema, AutoInitializeSchema: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := watermill.New(context.Background(), pub, nil, append(sqlOptions(),
-		watermill.Subscribers(func(ctx context.Context, group string) (message.Subscriber, error) {
-			return wsql.NewSubscriber(db, wsql.SubscriberConfig{ConsumerGroup: group, SchemaAdapter: sqlSchema,
-				OffsetsAdapter: sqlOffsets, InitializeSchema: true, AckDeadline: &deadline,
-				PollInterval: 50 * time.Millisecond, ResendInterval: 50 * time.Millisecond}, nil)
-		}))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeConn(t, b) })
+	b := newSQLBridgeWith(t, pool, func(c *wsql.SubscriberConfig) { c.AckDeadline = &deadline })
 	st := subscribe(t, b, transport.Subscription{Topic: topic, Group: "g"})
 	mustPublish(t, b, &handler.Message{ID: "slow", Topic: topic})
 	d := mustReceive(t, st)
 	time.Sleep(2 * deadline)
-	err = d.Ack(context.Background())
+	err := d.Ack(context.Background())
 	if !errors.Is(err, transport.ErrRevoked) || !errors.Is(err, watermill.ErrRevoked) {
 		t.Fatalf("Ack after the ack deadline = %v; want an error wrapping transport.ErrRevoked", err)
 	}

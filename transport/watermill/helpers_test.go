@@ -85,6 +85,11 @@ func sqlOptions() []watermill.Option {
 // newSQLBridge returns a bridge over watermill-sql on pool, as its own
 // client: its own publisher, and a subscriber per group.
 func newSQLBridge(tb testing.TB, pool *pgxpool.Pool, opts ...watermill.Option) *watermill.Transport {
+	return newSQLBridgeWith(tb, pool, func(*wsql.SubscriberConfig) {}, opts...)
+}
+
+// newSQLBridgeWith is newSQLBridge with subscribers configured by adjust.
+func newSQLBridgeWith(tb testing.TB, pool *pgxpool.Pool, adjust func(*wsql.SubscriberConfig), opts ...watermill.Option) *watermill.Transport {
 	tb.Helper()
 	db := wsql.BeginnerFromPgx(pool)
 	pub, err := wsql.NewPublisher(db, wsql.PublisherConfig{SchemaAdapter: sqlSchema, AutoInitializeSchema: true}, nil)
@@ -92,7 +97,7 @@ func newSQLBridge(tb testing.TB, pool *pgxpool.Pool, opts ...watermill.Option) *
 		tb.Fatal(err)
 	}
 	subscribers := func(ctx context.Context, group string) (message.Subscriber, error) {
-		return wsql.NewSubscriber(db, wsql.SubscriberConfig{
+		cfg := wsql.SubscriberConfig{
 			ConsumerGroup:    group,
 			SchemaAdapter:    sqlSchema,
 			OffsetsAdapter:   sqlOffsets,
@@ -100,7 +105,9 @@ func newSQLBridge(tb testing.TB, pool *pgxpool.Pool, opts ...watermill.Option) *
 			PollInterval:     50 * time.Millisecond,
 			ResendInterval:   50 * time.Millisecond,
 			RetryInterval:    100 * time.Millisecond,
-		}, nil)
+		}
+		adjust(&cfg)
+		return wsql.NewSubscriber(db, cfg, nil)
 	}
 	all := append(sqlOptions(), watermill.Subscribers(subscribers))
 	b, err := watermill.New(context.Background(), pub, nil, append(all, opts...)...)
