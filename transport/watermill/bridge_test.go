@@ -136,34 +136,43 @@ func TestNewOptionsValidated(t *testing.T) {
 // stream Subscribe opens declares, for each configuration the tests use,
 // and refuses what Subscribe refuses.
 func TestDeclare(t *testing.T) {
-	for name, b := range map[string]*watermill.Transport{
-		"GoChannel": newChanBridge(t),
-		"SQL":       newSQLBridge(t, sqlPool(t)),
-	} {
-		t.Run(name, func(t *testing.T) {
-			topic := transporttest.UniqueName(t, "declare")
-			if name == "SQL" {
-				dropTopic(t, sqlPool(t), topic)
+	eachAdapter(t, "declare", func(t *testing.T, b *watermill.Transport, topic string) {
+		sub := transport.Subscription{Topic: topic, Group: "g"}
+		want, err := b.Declare(sub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := subscribe(t, b, sub).Semantics(); got != want {
+			t.Errorf("Declare = %+v\nstream declares %+v", want, got)
+		}
+		bad := sub
+		bad.Options = map[string]string{"partitions": "4"}
+		if _, err := b.Declare(bad); !errors.Is(err, transport.ErrInvalidOption) {
+			t.Errorf("Declare with Options = %v; want transport.ErrInvalidOption", err)
+		}
+		if _, err := b.Subscribe(context.Background(), bad); !errors.Is(err, transport.ErrInvalidOption) {
+			t.Errorf("Subscribe with Options = %v; want transport.ErrInvalidOption", err)
+		}
+		if _, err := b.Declare(transport.Subscription{Group: "g"}); !errors.Is(err, transport.ErrInvalidOption) {
+			t.Errorf("Declare without a Topic = %v; want transport.ErrInvalidOption", err)
+		}
+	})
+}
+
+// eachAdapter runs f on a gochannel bridge and on a watermill-sql bridge,
+// each with a fresh topic (whose tables are dropped when the test ends).
+func eachAdapter(t *testing.T, prefix string, f func(t *testing.T, b *watermill.Transport, topic string)) {
+	pool := sqlPool(t)
+	for _, a := range []struct {
+		name string
+		b    *watermill.Transport
+	}{{"GoChannel", newChanBridge(t)}, {"SQL", newSQLBridge(t, pool)}} {
+		t.Run(a.name, func(t *testing.T) {
+			topic := transporttest.UniqueName(t, prefix)
+			if a.name == "SQL" {
+				dropTopic(t, pool, topic)
 			}
-			sub := transport.Subscription{Topic: topic, Group: "g"}
-			want, err := b.Declare(sub)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := subscribe(t, b, sub).Semantics(); got != want {
-				t.Errorf("Declare = %+v\nstream declares %+v", want, got)
-			}
-			bad := sub
-			bad.Options = map[string]string{"partitions": "4"}
-			if _, err := b.Declare(bad); !errors.Is(err, transport.ErrInvalidOption) {
-				t.Errorf("Declare with Options = %v; want transport.ErrInvalidOption", err)
-			}
-			if _, err := b.Subscribe(context.Background(), bad); !errors.Is(err, transport.ErrInvalidOption) {
-				t.Errorf("Subscribe with Options = %v; want transport.ErrInvalidOption", err)
-			}
-			if _, err := b.Declare(transport.Subscription{Group: "g"}); !errors.Is(err, transport.ErrInvalidOption) {
-				t.Errorf("Declare without a Topic = %v; want transport.ErrInvalidOption", err)
-			}
+			f(t, a.b, topic)
 		})
 	}
 }
@@ -269,29 +278,20 @@ func TestKeyField(t *testing.T) {
 // contexts of its messages, when its Subscribe context ends, so the bridge
 // must not hand it the caller's.
 func TestSubscribeContextOnlyOpens(t *testing.T) {
-	for name, b := range map[string]*watermill.Transport{
-		"GoChannel": newChanBridge(t),
-		"SQL":       newSQLBridge(t, sqlPool(t)),
-	} {
-		t.Run(name, func(t *testing.T) {
-			topic := transporttest.UniqueName(t, "ctx")
-			if name == "SQL" {
-				dropTopic(t, sqlPool(t), topic)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			st, err := b.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "g"})
-			cancel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close(context.Background())
-			mustPublish(t, b, &handler.Message{ID: "after-cancel", Topic: topic})
-			d := mustReceive(t, st)
-			if err := d.Ack(context.Background()); err != nil {
-				t.Errorf("Ack after the Subscribe context ended = %v; want nil", err)
-			}
-		})
-	}
+	eachAdapter(t, "ctx", func(t *testing.T, b *watermill.Transport, topic string) {
+		ctx, cancel := context.WithCancel(context.Background())
+		st, err := b.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "g"})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close(context.Background())
+		mustPublish(t, b, &handler.Message{ID: "after-cancel", Topic: topic})
+		d := mustReceive(t, st)
+		if err := d.Ack(context.Background()); err != nil {
+			t.Errorf("Ack after the Subscribe context ended = %v; want nil", err)
+		}
+	})
 }
 
 // TestSQLCloseCommitsAcks proves that acks given before a stream closes
