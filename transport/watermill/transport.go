@@ -303,20 +303,19 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 	if t.c.sub == nil && t.c.cfg.subscribers == nil {
 		return nil, fmt.Errorf("watermill: subscribe %s: New was given no Subscriber: %w", sub.Topic, errors.ErrUnsupported)
 	}
-	s := &stream{t: t, sem: t.c.sem, held: make(map[*delivery]struct{}), done: make(chan struct{})}
+	l, err := t.c.join(ctx, laneKey{topic: sub.Topic, group: sub.Group})
+	if err != nil {
+		return nil, fmt.Errorf("watermill: subscribe %s: %w", sub.Topic, err)
+	}
+	s := &stream{t: t, l: l, sem: t.c.sem, held: make(map[*delivery]struct{}), done: make(chan struct{})}
 	t.mu.Lock()
-	if t.closed.Load() {
+	if t.closed.Load() { // closed while the lane opened
 		t.mu.Unlock()
+		_ = t.c.leave(ctx, l, nil)
 		return nil, fmt.Errorf("watermill: subscribe %s: %w", sub.Topic, transport.ErrClosed)
 	}
 	t.streams[s] = struct{}{}
 	t.mu.Unlock()
-	l, err := t.c.join(ctx, laneKey{topic: sub.Topic, group: sub.Group})
-	if err != nil {
-		t.forget(s)
-		return nil, fmt.Errorf("watermill: subscribe %s: %w", sub.Topic, err)
-	}
-	s.l = l
 	return s, nil
 }
 
