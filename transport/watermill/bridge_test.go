@@ -426,3 +426,94 @@ func TestPublishBatchRuns(t *testing.T) {
 		t.Errorf("delivered %v; want a, c and d", got)
 	}
 }
+
+// stuckPublisher is a Watermill Publisher whose Publish blocks until
+// release is closed, then returns err: an adapter whose broker hangs, or
+// fails.
+type stuckPublisher struct {
+	release chan struct{}
+	err     error
+	closed  bool
+}
+
+func (p *stuckPublisher) Publish(topic string, msgs ...*message.Message) error {
+	<-p.release
+	return p.err
+}
+
+func (p *stuckPublisher) Close() error { p.closed = true; return nil }
+
+// TestPublishOutcome proves that a Publish the adapter does not answer
+// returns when its context ends, and that an adapter's error is reported
+// as an unknown outcome: Watermill does not say whether the message was
+// written.
+func TestPublishOutcome(t *testing.T) {
+	hung := &stuckPublisher{release: make(chan struct{})}
+	defer close(hung.release)
+	b, err := watermill.New(context.Background(), hung, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = b.Publish(ctx, &handler.Message{ID: "m", Topic: "t"})
+	if !errors.Is(err, transport.ErrUnknownOutcome) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Publish to a hung adapter = %v; want ErrUnknownOutcome and context.DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Publish returned %v after its context ended", took)
+	}
+
+	failing := &stuckPublisher{release: make(chan struct{}), err: errors.New("connection reset")}
+	close(failing.release)
+	b2, err := watermill.New(context.Background(), failing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b2.Publish(context.Background(), &handler.Message{ID: "m", Topic: "t"})
+	if !errors.Is(err, transport.ErrUnknownOutcome) || !strings.Contains(err.Error(), "connection reset") {
+		t.Errorf("Publish to a failing adapter = %v; want ErrUnknownOutcome with the adapter's error", err)
+	}
+	if _, err := b2.Subscribe(context.Background(), transport.Subscription{Topic: "t"}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Subscribe on a bridge without a Subscriber = %v; want errors.ErrUnsupported", err)
+	}
+	if err := b2.Close(context.Background()); err != nil || !failing.closed {
+		t.Errorf("Close = %v, adapter closed %t; want nil and the Publisher closed", err, failing.closed)
+	}
+}
+
+// TestCloseOwnsAdapter proves that closing a handle made by Connect leaves
+// the bridge working, and that closing the Transport made by New closes
+// the adapter (gochannel refuses to publish after).
+func TestCloseOwnsAdapter(t *testing.T) {
+	gc := gochannel.NewGoChannel(gochannel.Config{}, nil)
+	b, err := watermill.New(context.Background(), gc, gc, watermill.InFlight(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := b.Connect()
+	hs := subscribe(t, h, transport.Subscription{Topic: "own", Group: "g"})
+	if err := h.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hs.Receive(context.Background()); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Receive on a closed handle's stream = %v; want transport.ErrClosed", err)
+	}
+	if err := h.Publish(context.Background(), &handler.Message{ID: "x", Topic: "own"}); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Publish on a closed handle = %v; want transport.ErrClosed", err)
+	}
+	st := subscribe(t, b, transport.Subscription{Topic: "own", Group: "g"})
+	mustPublish(t, b, &handler.Message{ID: "after-handle-close", Topic: "own"})
+	d := mustReceive(t, st)
+	_ = d.Ack(context.Background())
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := gc.Publish("own", message.NewMessage("y", nil)); err == nil {
+		t.Error("the gochannel still publishes after the bridge closed; New owns it")
+	}
+	if err := b.Close(context.Background()); err != nil {
+		t.Errorf("second Close = %v; want nil", err)
+	}
+}
