@@ -1,0 +1,134 @@
+package profiles
+
+import (
+	"time"
+
+	"github.com/ferrymq/ferry/transport"
+)
+
+// Entry is one row of the table.
+type Entry struct {
+	// Name is the profile's name, as ferrytest.Like takes it.
+	Name string
+	// Semantics is what the transport declares for URL and Sub.
+	Semantics transport.Semantics
+	// DeliveryLimit is the broker's default delivery limit where Semantics
+	// declares a native DLQ.
+	DeliveryLimit int
+	// Schemes are the URL schemes whose default this row is
+	// (ferrytest.FromURL).
+	Schemes []string
+	// URL and Sub are what the drift test gives the real transport; the
+	// host "BROKER" stands for the test broker's address.
+	URL string
+	Sub transport.Subscription
+}
+
+// Table is the table. Each row is what the transport of this module declares for
+// the URL and subscription next to it, with its defaults; the drift test
+// (drift_test.go) opens each and fails, naming the field, if
+// the transport's declaration and the row differ, and fails if a
+// registered scheme has no row.
+var Table = []Entry{
+	{
+		Name: "memory",
+		Semantics: transport.Semantics{
+			Transport: "memory", Ordering: transport.OrderPerKey, Ack: transport.AckPerMessage,
+			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true,
+			FanOut: true, Replay: true, Headers: true, MaxPayload: 1 << 20,
+		},
+		Schemes: []string{"memory"},
+		URL:     "memory://",
+		Sub:     transport.Subscription{Topic: "orders", Group: "inventory"},
+	},
+	{
+		Name: "kafka",
+		Semantics: transport.Semantics{
+			Transport: "kafka", Ordering: transport.OrderPerKey, Ack: transport.AckOffset,
+			Redelivery: transport.RedeliverOnNack, NackDelay: true,
+			FanOut: true, Replay: true, Headers: true, MaxPayload: 1000000,
+			RedeliveryDelay: 11 * time.Second,
+		},
+		Schemes: []string{"kafka"},
+		URL:     "kafka://BROKER?group=inventory",
+		Sub:     transport.Subscription{Topic: "orders", Group: "inventory"},
+	},
+	{
+		Name: "sqs",
+		Semantics: transport.Semantics{
+			Transport: "sqs", Ordering: transport.OrderNone, Ack: transport.AckPerMessage,
+			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, Extend: true,
+			Headers: true, MaxPayload: 1<<20 - 8192,
+		},
+		Schemes: []string{"sqs", "sns"},
+		URL:     "sqs://BROKER",
+		Sub:     transport.Subscription{Topic: "orders", Group: "inventory"},
+	},
+	{
+		Name: "sqs-fifo",
+		Semantics: transport.Semantics{
+			Transport: "sqs", Ordering: transport.OrderPerKey, Ack: transport.AckPerMessage,
+			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, Extend: true,
+			Headers: true, MaxPayload: 1<<20 - 8192,
+		},
+		URL: "sqs://BROKER",
+		Sub: transport.Subscription{Topic: "orders.fifo", Group: "inventory"},
+	},
+	{
+		Name: "rabbitmq",
+		Semantics: transport.Semantics{
+			Transport: "amqp", Ordering: transport.OrderNone, Ack: transport.AckPerMessage,
+			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, NativeDLQ: true,
+			FanOut: true, Headers: true, MaxPayload: 128 << 20,
+		},
+		DeliveryLimit: 10, // rabbitmq.DefaultDeliveryLimit; not in Semantics, so not checked
+		Schemes:       []string{"amqp", "amqps"},
+		URL:           "amqp://guest:guest@BROKER/",
+		Sub:           transport.Subscription{Topic: "orders", Group: "inventory"},
+	},
+	{
+		Name: "rabbitmq-ordered",
+		Semantics: transport.Semantics{
+			Transport: "amqp", Ordering: transport.OrderPerTopic, Ack: transport.AckPerMessage,
+			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, NativeDLQ: true,
+			FanOut: true, Headers: true, MaxPayload: 128 << 20,
+		},
+		DeliveryLimit: 10,
+		URL:           "amqp://guest:guest@BROKER/",
+		Sub:           transport.Subscription{Topic: "orders", Group: "inventory", Options: map[string]string{"ordered": "true"}},
+	},
+	{
+		Name: "redis",
+		Semantics: transport.Semantics{
+			Transport: "redis", Ordering: transport.OrderNone, Ack: transport.AckPerMessage,
+			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, Extend: true,
+			FanOut: true, Replay: true, Headers: true, MaxPayload: 512 << 20,
+			RedeliveryDelay: 2*time.Second + 250*time.Millisecond,
+		},
+		Schemes: []string{"redis", "rediss"},
+		URL:     "redis://BROKER/0",
+		Sub:     transport.Subscription{Topic: "orders", Group: "inventory"},
+	},
+	{
+		Name: "redis-exclusive",
+		Semantics: transport.Semantics{
+			Transport: "redis", Ordering: transport.OrderPerTopic, Ack: transport.AckPerMessage,
+			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, Extend: true,
+			FanOut: true, Replay: true, Headers: true, MaxPayload: 512 << 20,
+			RedeliveryDelay: 2*time.Second + 250*time.Millisecond,
+		},
+		URL: "redis://BROKER/0",
+		Sub: transport.Subscription{Topic: "orders", Group: "inventory", Options: map[string]string{"mode": "exclusive"}},
+	},
+	{
+		Name: "mqtt",
+		Semantics: transport.Semantics{
+			Transport: "mqtt", Ordering: transport.OrderPerTopic, Ack: transport.AckInOrder,
+			Redelivery: transport.RedeliverOnReconnect,
+			FanOut:     true, Headers: true, MaxPayload: 1 << 20,
+		},
+		Schemes: []string{"mqtt", "mqtts"},
+		URL:     "mqtt://BROKER?format=envelope",
+		Sub:     transport.Subscription{Topic: "orders", Group: "inventory"},
+	},
+}
