@@ -266,7 +266,9 @@ func (c *conn) Subscribe(ctx context.Context, sub transport.Subscription) (trans
 
 func (c *conn) Close(context.Context) error { return nil }
 
-func (c *conn) Declare(sub transport.Subscription) (transport.Semantics, error) { return c.s.Declare(sub) }
+func (c *conn) Declare(sub transport.Subscription) (transport.Semantics, error) {
+	return c.s.Declare(sub)
+}
 
 // Declare returns the profile's Semantics for any subscription with a
 // Topic: the simulated broker declares the same for all.

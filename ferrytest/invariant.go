@@ -82,7 +82,7 @@ type invariant struct {
 	fn   func(r *Run) *Violation
 }
 
-func (i invariant) Name() string              { return i.name }
+func (i invariant) Name() string            { return i.name }
 func (i invariant) check(r *Run) *Violation { return i.fn(r) }
 
 // OneEffect is the invariant "each event ID has at most one effect on

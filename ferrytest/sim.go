@@ -57,11 +57,11 @@ type Sim struct {
 	closed    bool
 	setupErr  error
 
-	turn      *stream       // the stream whose worker holds the turn
-	turnStart time.Duration // when the current turn began
-	turnEnd chan turnResult  // the holder tells the scheduler its turn ended
-	inTurn  bool             // a turn is under way (its holder may have crashed: the scheduler is tearing it down)
-	step    int
+	turn      *stream         // the stream whose worker holds the turn
+	turnStart time.Duration   // when the current turn began
+	turnEnd   chan turnResult // the holder tells the scheduler its turn ended
+	inTurn    bool            // a turn is under way (its holder may have crashed: the scheduler is tearing it down)
+	step      int
 }
 
 // turnResult is how a turn ended.
@@ -71,8 +71,8 @@ type turnResult struct {
 
 // producer is the state of the scenario's producer ([Sim.Input]).
 type producer struct {
-	next    int       // index of the next input to publish
-	tries   int       // failed publishes of inputs[next]
+	next    int           // index of the next input to publish
+	tries   int           // failed publishes of inputs[next]
 	retryAt time.Duration // not before (virtual time since the run began)
 }
 
