@@ -46,6 +46,8 @@ type topic struct {
 type group struct {
 	name    string
 	t       *topic
+	p       Profile             // the profile of the subscriptions reading it
+	sem     transport.Semantics // p.Semantics
 	entries []*entry  // in publish order
 	streams []*stream // open member streams
 }
@@ -73,10 +75,11 @@ func (s *Sim) topicOf(name string) *topic {
 	return t
 }
 
-// groupFor returns the group name of t, made if new. A broker without
-// fan-out (a plain SQS queue) has one group per topic, whatever the name.
-func (t *topic) groupFor(s *Sim, name string) *group {
-	if !s.sem.FanOut {
+// groupFor returns the group name of t, made if new, that a
+// subscription with profile p reads. A broker without fan-out (a plain
+// SQS queue) has one group per topic, whatever the name.
+func (t *topic) groupFor(s *Sim, name string, p Profile) *group {
+	if !p.Semantics.FanOut {
 		name = ""
 	}
 	for _, g := range t.groups {
@@ -84,7 +87,7 @@ func (t *topic) groupFor(s *Sim, name string) *group {
 			return g
 		}
 	}
-	g := &group{name: name, t: t}
+	g := &group{name: name, t: t, p: p, sem: p.Semantics}
 	t.groups = append(t.groups, g)
 	s.groups = append(s.groups, g)
 	return g
@@ -93,7 +96,7 @@ func (t *topic) groupFor(s *Sim, name string) *group {
 // scope returns the ordering scope of e: entries of one scope are
 // delivered in publish order. ok is false where e is in none.
 func (s *Sim) scope(e *entry) (key string, ok bool) {
-	switch s.sem.Ordering {
+	switch e.g.sem.Ordering {
 	case transport.OrderPerTopic:
 		return "", true
 	case transport.OrderPerKey:
@@ -157,7 +160,7 @@ func (s *Sim) Publish(ctx context.Context, m *handler.Message) error {
 	if m == nil || m.Topic == "" {
 		return fmt.Errorf("%w: ferrytest: publish: message without a Topic", transport.ErrInvalidOption)
 	}
-	if mp := s.sem.MaxPayload; mp > 0 && len(m.Payload) > mp {
+	if mp := s.profile.Semantics.MaxPayload; mp > 0 && len(m.Payload) > mp {
 		return fmt.Errorf("ferrytest: publish %s to %s: %d bytes over %d: %w", m.ID, m.Topic, len(m.Payload), mp, transport.ErrTooLarge)
 	}
 	if err := ctx.Err(); err != nil {
@@ -270,13 +273,14 @@ func (c *conn) Declare(sub transport.Subscription) (transport.Semantics, error) 
 	return c.s.Declare(sub)
 }
 
-// Declare returns the profile's Semantics for any subscription with a
-// Topic: the simulated broker declares the same for all.
+// Declare returns what the simulated broker declares for sub: the
+// profile's Semantics, or those of the profile's variant that sub's
+// Options select (see [Profile.For]).
 func (s *Sim) Declare(sub transport.Subscription) (transport.Semantics, error) {
 	if sub.Topic == "" {
 		return transport.Semantics{}, fmt.Errorf("%w: ferrytest: subscription has no Topic", transport.ErrInvalidOption)
 	}
-	return s.sem, nil
+	return s.profile.For(sub).Semantics, nil
 }
 
 // Subscribe refuses: the simulator's consumers are declared with
@@ -337,7 +341,7 @@ func (st *stream) curKey() string {
 	return st.cur.e.msg.Key
 }
 
-func (st *stream) Semantics() transport.Semantics { return st.s.sem }
+func (st *stream) Semantics() transport.Semantics { return st.g.sem }
 
 // Receive waits for the scheduler to hand this worker a delivery.
 func (st *stream) Receive(ctx context.Context) (transport.Delivery, error) {
@@ -415,7 +419,7 @@ func (s *Sim) release(d *delivery, why string) {
 	if s.nativeDLQ(d) {
 		return
 	}
-	switch s.sem.Redelivery {
+	switch e.g.sem.Redelivery {
 	case transport.RedeliverNever:
 		e.state = stateDone
 		s.event(Event{What: "lost", ID: e.msg.ID, Key: e.msg.Key, Process: d.st.m.String(), Detail: why + "; this broker never redelivers"})
@@ -423,7 +427,7 @@ func (s *Sim) release(d *delivery, why string) {
 	case transport.RedeliverOnReconnect:
 		e.reserved = d.st.m.index
 	}
-	e.state, e.inPlace, e.notBefore = statePending, true, s.clock()+s.sem.RedeliveryDelay
+	e.state, e.inPlace, e.notBefore = statePending, true, s.clock()+e.g.sem.RedeliveryDelay
 	s.event(Event{What: "release", ID: e.msg.ID, Key: e.msg.Key, Process: d.st.m.String(), Detail: why})
 }
 
@@ -432,13 +436,13 @@ func (s *Sim) release(d *delivery, why string) {
 // it did.
 func (s *Sim) nativeDLQ(d *delivery) bool {
 	e := d.e
-	if !s.sem.NativeDLQ || e.deliveries < s.profile.DeliveryLimit {
+	if !e.g.sem.NativeDLQ || e.deliveries < e.g.p.DeliveryLimit {
 		return false
 	}
 	e.state = stateDone
 	sub := transport.Subscription{Topic: e.g.t.name, Group: d.msg.Facts().Group}
 	dlq := transport.DLQName(s, sub)
-	dl := transport.NewDeadLetter(d.msg, fmt.Errorf("ferrytest: %s moved the message to its dead-letter queue after %d deliveries", s.sem.Transport, e.deliveries), time.Now())
+	dl := transport.NewDeadLetter(d.msg, fmt.Errorf("ferrytest: %s moved the message to its dead-letter queue after %d deliveries", e.g.sem.Transport, e.deliveries), time.Now())
 	s.publishLocked(dl.Message(d.msg, dlq), "broker")
 	return true
 }
@@ -472,7 +476,7 @@ type extDelivery struct{ *delivery }
 // public returns d as the Router sees it: with Extend where the profile
 // declares leases.
 func (d *delivery) public() transport.Delivery {
-	if d.st.s.sem.Extend {
+	if d.e.g.sem.Extend {
 		return extDelivery{d}
 	}
 	return d
@@ -480,24 +484,25 @@ func (d *delivery) public() transport.Delivery {
 
 // newDelivery makes the delivery of e to st and marks e out.
 func (s *Sim) newDelivery(e *entry, st *stream) *delivery {
+	sem := e.g.sem
 	e.deliveries++
 	st.counts[e]++
 	attempt := st.counts[e]
-	if s.sem.Attempts {
+	if sem.Attempts {
 		attempt = e.deliveries
 	}
 	m := e.msg.Clone()
-	if !s.sem.Headers {
+	if !sem.Headers {
 		m.Headers = nil
 	}
 	part := int32(0)
-	if s.sem.Ordering == transport.OrderPerKey && m.Key != "" {
+	if sem.Ordering == transport.OrderPerKey && m.Key != "" {
 		h := fnv.New32a()
 		_, _ = h.Write([]byte(m.Key))
 		part = int32(h.Sum32() % 8)
 	}
 	m.SetFacts(handler.Facts{
-		Attempt: attempt, Transport: s.sem.Transport, Partition: part, Offset: e.seq,
+		Attempt: attempt, Transport: sem.Transport, Partition: part, Offset: e.seq,
 		BrokerID: fmt.Sprintf("%s/%d/%d", e.g.t.name, e.seq, e.deliveries), PublishedAt: e.publishedAt, ReceivedAt: time.Now(),
 	})
 	d := &delivery{st: st, e: e, msg: m}
@@ -555,7 +560,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 		s.event(Event{What: "ack", ID: e.msg.ID, Key: e.msg.Key, Process: d.st.m.String(), Detail: "refused: the broker took the delivery back"})
 		return fmt.Errorf("ferrytest: ack %s: the lease ended and the broker took the message back: %w", d.msg.ID, transport.ErrRevoked)
 	}
-	if holder && s.leases() && s.chance(LeaseExpiry, pAckExpiry) {
+	if holder && s.leases(e.g) && s.chance(LeaseExpiry, pAckExpiry) {
 		e.cur = nil
 		e.state, e.inPlace, e.notBefore = statePending, true, s.clock()
 		s.event(Event{What: "ack", Fault: LeaseExpiry, ID: e.msg.ID, Key: e.msg.Key, Process: d.st.m.String(), Detail: "refused: the lease ended before the ack; the broker delivers it again"})
@@ -582,8 +587,9 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 	if d.settled {
 		return fmt.Errorf("ferrytest: nack %s: %w", d.msg.ID, transport.ErrSettled)
 	}
-	if s.sem.Redelivery != transport.RedeliverOnNack {
-		return fmt.Errorf("ferrytest: nack %s: %s redelivers only %s: %w", d.msg.ID, s.sem.Transport, s.sem.Redelivery, errors.ErrUnsupported)
+	sem := d.e.g.sem
+	if sem.Redelivery != transport.RedeliverOnNack {
+		return fmt.Errorf("ferrytest: nack %s: %s redelivers only %s: %w", d.msg.ID, sem.Transport, sem.Redelivery, errors.ErrUnsupported)
 	}
 	d.settled = true
 	defer s.handBack(d.st)
@@ -595,7 +601,7 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 		s.event(Event{What: "nack", ID: e.msg.ID, Key: e.msg.Key, Process: d.st.m.String(), Detail: "refused: the broker took the delivery back"})
 		return fmt.Errorf("ferrytest: nack %s: %w", d.msg.ID, transport.ErrRevoked)
 	}
-	if !s.sem.NackDelay {
+	if !sem.NackDelay {
 		delay = 0
 	}
 	e.cur = nil

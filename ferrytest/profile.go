@@ -36,7 +36,37 @@ type Profile struct {
 	// is true (SQS maxReceiveCount, RabbitMQ x-delivery-limit).
 	DeliveryLimit int
 
-	err error
+	variants []variant // what subscription options select; see For
+	err      error
+}
+
+// variant is a profile that subscriptions with opts get instead.
+type variant struct {
+	opts map[string]string
+	p    Profile
+}
+
+// For returns the profile a subscription sub gets: the variant of p's
+// transport that sub.Options select, as the real transport declares
+// differently for them (RabbitMQ's "ordered": "true" gives
+// "rabbitmq-ordered", Redis's "mode": "exclusive" "redis-exclusive"), or p
+// itself. Options the table knows nothing of are ignored: they configure
+// the broker, not what it may do.
+func (p Profile) For(sub transport.Subscription) Profile {
+	best, n := p, 0
+	for _, v := range p.variants {
+		if len(v.opts) <= n {
+			continue
+		}
+		match := true
+		for k, want := range v.opts {
+			match = match && sub.Options[k] == want
+		}
+		if match {
+			best, n = v.p, len(v.opts)
+		}
+	}
+	return best
 }
 
 // Err returns why the profile is invalid ([Like] of an unknown name,
@@ -58,9 +88,10 @@ func (p Profile) Err() error {
 func (p Profile) String() string { return p.Name }
 
 // Like returns the profile of the given name: one of the names [Profiles]
-// lists ("memory", "kafka", "sqs", "sqs-fifo", "rabbitmq", "redis",
-// "mqtt"), each the Semantics that transport declares with its default
-// URL. An unknown name gives a Profile whose [Profile.Err] wraps
+// lists ("memory", "kafka", "sqs", "sqs-fifo", "rabbitmq",
+// "rabbitmq-ordered", "redis", "redis-exclusive", "mqtt"), each the
+// Semantics that transport declares with its default URL, and, for the
+// variants, the subscription options of their names (see [Profile.For]). An unknown name gives a Profile whose [Profile.Err] wraps
 // [ErrUnknownProfile] and lists the names; the runners report it.
 func Like(name string) Profile {
 	for _, e := range profiles.Table {
@@ -125,8 +156,17 @@ func Profiles() []Profile {
 	return out
 }
 
+// profileOf makes the profile of row e, with the variants of its
+// transport: the rows whose subscription sets options.
 func profileOf(e profiles.Entry) Profile {
-	return Profile{Name: e.Name, Semantics: e.Semantics, DeliveryLimit: e.DeliveryLimit}
+	p := Profile{Name: e.Name, Semantics: e.Semantics, DeliveryLimit: e.DeliveryLimit}
+	for _, o := range profiles.Table {
+		if o.Semantics.Transport == e.Semantics.Transport && len(o.Sub.Options) > 0 {
+			p.variants = append(p.variants, variant{opts: o.Sub.Options,
+				p: Profile{Name: o.Name, Semantics: o.Semantics, DeliveryLimit: o.DeliveryLimit}})
+		}
+	}
+	return p
 }
 
 func names() []string {

@@ -37,7 +37,6 @@ import (
 type Sim struct {
 	cfg     config
 	profile Profile
-	sem     transport.Semantics
 	seed    uint64
 	rng     *rand.Rand
 	start   time.Time
@@ -167,7 +166,7 @@ func (s *Sim) Consumer(name string, sub transport.Subscription, build func(p *Pr
 		sub.Group = name
 	}
 	c := &consumer{name: name, sub: sub, build: build, opts: opts}
-	c.g = s.topicOf(sub.Topic).groupFor(s, sub.Group)
+	c.g = s.topicOf(sub.Topic).groupFor(s, sub.Group, s.profile.For(sub))
 	s.consumers = append(s.consumers, c)
 }
 
@@ -204,7 +203,7 @@ func (s *Sim) setupErrorf(format string, args ...any) {
 
 func newSim(p Profile, seed uint64, cfg config, name string) *Sim {
 	s := &Sim{
-		cfg: cfg, profile: p, sem: p.Semantics, seed: seed,
+		cfg: cfg, profile: p, seed: seed,
 		rng:     rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
 		start:   time.Now(),
 		name:    name,
@@ -485,7 +484,7 @@ func (s *Sim) actions() []action {
 				if s.cfg.faults[CrashBefore] || s.cfg.faults[CrashAfter] {
 					acts = append(acts, action{kind: actCrashPaused, st: st})
 				}
-				if s.leases() && st.cur != nil && !st.cur.stale {
+				if s.leases(st.g) && st.cur != nil && !st.cur.stale {
 					acts = append(acts, action{kind: actExpire, st: st})
 				}
 			}
@@ -500,8 +499,8 @@ func (s *Sim) actions() []action {
 // leases reports whether the broker may take a delivery back while its
 // handler runs: a lease that ends (SQS visibility, Redis claims) or a
 // rebalance, wherever it redelivers on its own.
-func (s *Sim) leases() bool {
-	return s.cfg.faults[LeaseExpiry] && s.sem.Redelivery == transport.RedeliverOnNack
+func (s *Sim) leases(g *group) bool {
+	return s.cfg.faults[LeaseExpiry] && g.sem.Redelivery == transport.RedeliverOnNack
 }
 
 func (s *Sim) pick(acts []action) action {

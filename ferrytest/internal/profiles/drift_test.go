@@ -142,9 +142,21 @@ func TestEverySchemeHasAProfile(t *testing.T) {
 }
 
 // TestFromURLFindsTheRow: each row that is a scheme's default is what
-// FromURL returns for its URL.
+// FromURL returns for its URL, and each row whose subscription sets
+// options is what that default gives a subscription with them.
 func TestFromURLFindsTheRow(t *testing.T) {
 	for _, e := range profiles.Table {
+		if len(e.Sub.Options) > 0 {
+			var def ferrytest.Profile
+			for _, o := range profiles.Table {
+				if o.Semantics.Transport == e.Semantics.Transport && len(o.Schemes) > 0 {
+					def = ferrytest.Like(o.Name)
+				}
+			}
+			if got := def.For(e.Sub); got.Name != e.Name || got.Semantics != e.Semantics {
+				t.Errorf("Like(%q).For(%v) = %q, want %q", def.Name, e.Sub.Options, got.Name, e.Name)
+			}
+		}
 		if len(e.Schemes) == 0 {
 			continue
 		}
