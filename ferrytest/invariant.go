@@ -3,6 +3,7 @@ package ferrytest
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
@@ -30,7 +31,8 @@ type Violation struct {
 	// Trace is the message's part of the run's trace.
 	Trace []Event
 
-	other []string // other messages the violation concerns
+	other    []string // other messages the violation concerns
+	consumer string   // the consumer it concerns, if known: the report shows its events only
 }
 
 // Error names the invariant and what is wrong.
@@ -47,6 +49,10 @@ func (v *Violation) complete(r *Run) {
 	}
 	for _, e := range r.Trace {
 		if !ids[e.ID] && !ids[e.Other] {
+			continue
+		}
+		if v.consumer != "" && e.Process != "" && e.Process != "producer" && e.Process != "broker" &&
+			!strings.HasPrefix(e.Process, v.consumer+"/") {
 			continue
 		}
 		if e.Fault != 0 && e.Fault != Pause {
@@ -99,7 +105,7 @@ func OneEffect(ledger string) Invariant {
 				continue
 			}
 			if f, ok := first[e.ID]; ok {
-				return &Violation{Invariant: name, ID: e.ID, Key: r.keyOf(e.ID), Message: fmt.Sprintf(
+				return &Violation{Invariant: name, ID: e.ID, Key: r.keyOf(e.ID), consumer: consumerOf(e.Process), Message: fmt.Sprintf(
 					"event %s has a second effect on %q: first at step %d by %s, again at step %d by %s",
 					e.ID, ledger, f.Step, f.Process, e.Step, e.Process)}
 			}
@@ -131,7 +137,7 @@ func KeyOrder(ledger string) Invariant {
 			}
 			if prev, ok := last[key]; ok {
 				if pn, _ := r.seq(prev); pn > n {
-					return &Violation{Invariant: name, ID: e.ID, Key: key, other: []string{prev}, Message: fmt.Sprintf(
+					return &Violation{Invariant: name, ID: e.ID, Key: key, other: []string{prev}, consumer: consumerOf(e.Process), Message: fmt.Sprintf(
 						"on key %s the effect of %s (published %s) came at step %d, after that of %s (published later, %s)",
 						key, e.ID, ordinal(n+1), e.Step, prev, ordinal(pn+1))}
 				}
@@ -181,7 +187,7 @@ func NothingLost(ledger, consumer string, want func(m *handler.Message) bool) In
 			if done[m.ID] || (want != nil && !want(m)) {
 				continue
 			}
-			return &Violation{Invariant: name, ID: m.ID, Key: m.Key, Message: fmt.Sprintf(
+			return &Violation{Invariant: name, ID: m.ID, Key: m.Key, consumer: consumer, Message: fmt.Sprintf(
 				"event %s was published to %s but %s neither applied its effect on %q, nor dead-lettered it, nor parked it",
 				m.ID, topic, consumer, ledger)}
 		}
@@ -200,6 +206,14 @@ func Func(name string, fn func(r *Run) error) Invariant {
 		}
 		return nil
 	}}
+}
+
+// consumerOf returns the consumer of a process named "consumer/member#life".
+func consumerOf(proc string) string {
+	if i := strings.IndexByte(proc, '/'); i > 0 {
+		return proc[:i]
+	}
+	return ""
 }
 
 // keyOf returns the Key id was first published with.
