@@ -48,8 +48,8 @@ type group struct {
 	t       *topic
 	p       Profile             // the profile of the subscriptions reading it
 	sem     transport.Semantics // p.Semantics
-	entries []*entry  // in publish order
-	streams []*stream // open member streams
+	entries []*entry            // in publish order
+	streams []*stream           // open member streams
 }
 
 // entry is one message in one group.
