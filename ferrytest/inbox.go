@@ -28,8 +28,8 @@ import (
 // A claim of a key whose transaction is open elsewhere answers
 // InProgress at once, with the lease ending one quantum later (pgstore
 // waits a little for the other transaction first). As with pgstore, a
-// retry inside the transaction keeps only the writes of the attempt that
-// staged last.
+// retry inside the transaction keeps only the writes of the last attempt,
+// none if it wrote nothing.
 type Inbox struct {
 	sim  *Sim
 	keys map[string]*inboxKey
@@ -49,7 +49,8 @@ type inboxTx struct {
 	key     string
 	owner   *member
 	life    int
-	attempt int
+	attempt int                // the attempt that staged last
+	call    *idempotency.Call // the dedupe call, whose Attempt is the current one
 	staged  []staged
 	ended   bool
 }
@@ -101,12 +102,13 @@ func (in *Inbox) Begin(ctx context.Context, key string) (idempotency.InboxTx, id
 	return tx, idempotency.Claim{State: idempotency.New, Token: "tx"}, nil
 }
 
-// stage adds an effect to the transaction, dropping those of earlier
-// attempts (their savepoint was rolled back).
-func (tx *inboxTx) stage(ledger, id string, attempt int, proc string) {
-	if attempt > tx.attempt {
-		tx.staged, tx.attempt = tx.staged[:0], attempt
+// stage adds an effect of the call's current attempt to the transaction,
+// dropping those of earlier attempts (their savepoint was rolled back).
+func (tx *inboxTx) stage(ledger, id string, c *idempotency.Call, proc string) {
+	if a := c.Attempt(); a != tx.attempt {
+		tx.staged, tx.attempt = tx.staged[:0], a
 	}
+	tx.call = c
 	tx.staged = append(tx.staged, staged{ledger: ledger, id: id, proc: proc})
 }
 
@@ -128,6 +130,9 @@ func (tx *inboxTx) Commit(ctx context.Context, result []byte) error {
 	tx.ended = true
 	k := tx.in.key(tx.key)
 	k.tx, k.done, k.result = nil, true, append([]byte(nil), result...)
+	if tx.call != nil && tx.call.Attempt() != tx.attempt {
+		tx.staged = nil // the last attempt wrote nothing; an earlier one failed after writing: keep none
+	}
 	for _, e := range tx.staged {
 		s.effectLocked(e.ledger, e.id, e.proc)
 	}
@@ -230,4 +235,73 @@ func (in *Inbox) Release(ctx context.Context, key, token string) error {
 	}
 	k.token = ""
 	return nil
+}
+
+// TxStore wraps a transactional dedupe store that lives outside the run
+// (pgstore.Inbox on a real PostgreSQL) so that it behaves under the
+// simulator's crashes as it does under real ones: a transaction that a
+// crashed process left open is rolled back when the process is torn down,
+// as the database does when the process's connection closes. Without it,
+// the crashed process's transaction would hold its key (and a connection)
+// for ever. The transactions it returns are the store's own, so the
+// store's accessors (pgstore.Tx) work unchanged.
+//
+// Effects the handler writes in such a transaction are the database's:
+// check them with a [Func] invariant that reads the database at the end of
+// the run, rather than with [Sim.Effect], which cannot know whether the
+// transaction committed. Call [Sim.Point] where the handler writes, so
+// that the simulator may crash or pause it there.
+func (s *Sim) TxStore(in idempotency.TxStore) idempotency.TxStore {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &txStore{TxStore: in, sim: s}
+	s.external = append(s.external, w)
+	return w
+}
+
+type txStore struct {
+	idempotency.TxStore
+	sim  *Sim
+	open []openTx // transactions begun, by process; ended ones too (rolling them back again is harmless)
+}
+
+type openTx struct {
+	tx   idempotency.InboxTx
+	key  string
+	m    *member
+	life int
+}
+
+// Begin begins the store's transaction and remembers which process holds
+// it.
+func (w *txStore) Begin(ctx context.Context, key string) (idempotency.InboxTx, idempotency.Claim, error) {
+	tx, c, err := w.TxStore.Begin(ctx, key)
+	if tx != nil {
+		s := w.sim
+		s.mu.Lock()
+		if st := s.turn; st != nil {
+			w.open = append(w.open, openTx{tx: tx, key: key, m: st.m, life: st.m.life})
+		}
+		s.mu.Unlock()
+	}
+	return tx, c, err
+}
+
+// rollbackOf rolls back the transactions of m's crashed process. Called
+// without s.mu: it does the store's I/O.
+func (w *txStore) rollbackOf(m *member, life int) {
+	var keep, gone []openTx
+	w.sim.mu.Lock()
+	for _, o := range w.open {
+		if o.m == m && o.life == life {
+			gone = append(gone, o)
+		} else {
+			keep = append(keep, o)
+		}
+	}
+	w.open = keep
+	w.sim.mu.Unlock()
+	for _, o := range gone {
+		_ = o.tx.Rollback(context.Background())
+	}
 }

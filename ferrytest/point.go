@@ -103,7 +103,7 @@ func (s *Sim) point(ctx context.Context, ledger, id string, effect bool) error {
 	if tx, ok := idempotency.TxFromContext(ctx); ok {
 		if itx, ok := tx.(*inboxTx); ok && itx.in.sim == s {
 			c, _ := idempotency.FromContext(ctx)
-			itx.stage(ledger, id, c.Attempt(), st.m.String())
+			itx.stage(ledger, id, c, st.m.String())
 			s.event(Event{What: "effect", ID: id, Key: st.curKey(), Process: st.m.String(), Detail: fmt.Sprintf("%q staged in the inbox transaction", ledger)})
 			s.mu.Unlock()
 			return nil

@@ -52,6 +52,8 @@ type Sim struct {
 	lots      []parking.Lot
 	invs      []Invariant
 	inboxes   []*Inbox
+	external  []*txStore
+	cleanups  []func()
 	running   bool
 	closed    bool
 	setupErr  error
@@ -185,6 +187,17 @@ func (s *Sim) Expect(inv ...Invariant) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.invs = append(s.invs, inv...)
+}
+
+// Cleanup registers f to run when the run has ended and its invariants
+// have been checked, in the run's bubble, last registered first: to close
+// what the scenario opened for the run (a database pool made in the run,
+// say: a pool shared with code outside the bubble cannot be used inside
+// it).
+func (s *Sim) Cleanup(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cleanups = append(s.cleanups, f)
 }
 
 // Seed returns the run's seed.
@@ -609,6 +622,12 @@ func (s *Sim) endTurn(r turnResult) {
 		for _, in := range s.inboxes {
 			in.rollbackOf(m)
 		}
+		external := s.external
+		s.mu.Unlock()
+		for _, w := range external {
+			w.rollbackOf(m, m.life)
+		}
+		s.mu.Lock()
 		m.down, m.st = true, nil
 		s.mu.Unlock()
 	}
@@ -753,6 +772,11 @@ func runSeed(t *testing.T, p Profile, seed uint64, scenario func(*Sim), cfg conf
 	var err error
 	synctest.Test(t, func(bt *testing.T) {
 		s := newSim(p, seed, cfg, t.Name())
+		defer func() {
+			for i := len(s.cleanups) - 1; i >= 0; i-- {
+				s.cleanups[i]()
+			}
+		}()
 		scenario(s)
 		run, err = s.execute()
 	})
