@@ -49,7 +49,7 @@ type inboxTx struct {
 	key     string
 	owner   *member
 	life    int
-	attempt int                // the attempt that staged last
+	attempt int               // the attempt that staged last
 	call    *idempotency.Call // the dedupe call, whose Attempt is the current one
 	staged  []staged
 	ended   bool
