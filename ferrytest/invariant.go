@@ -25,14 +25,15 @@ type Violation struct {
 	ID, Key string
 	// Message says what is wrong.
 	Message string
-	// Faults are the injected faults on the message (and, for a
-	// reordering, on the messages delivered before it).
+	// Faults are the injected faults on the message (and, for KeyOrder and
+	// NothingLost, the deliveries of other messages that overtook it).
 	Faults []Event
 	// Trace is the message's part of the run's trace.
 	Trace []Event
 
-	other    []string // other messages the violation concerns
-	consumer string   // the consumer it concerns, if known: the report shows its events only
+	other     []string // other messages the violation concerns
+	consumer  string   // the consumer it concerns, if known: the report shows its events only
+	overtakes bool     // the report lists the deliveries that overtook the message
 }
 
 // Error names the invariant and what is wrong.
@@ -48,7 +49,7 @@ func (v *Violation) complete(r *Run) {
 		ids[o] = true
 	}
 	for _, e := range r.Trace {
-		if !ids[e.ID] && !ids[e.Other] {
+		if !ids[e.ID] && !(v.overtakes && ids[e.Other]) {
 			continue
 		}
 		if v.consumer != "" && e.Process != "" && e.Process != "producer" && e.Process != "broker" &&
@@ -137,7 +138,7 @@ func KeyOrder(ledger string) Invariant {
 			}
 			if prev, ok := last[key]; ok {
 				if pn, _ := r.seq(prev); pn > n {
-					return &Violation{Invariant: name, ID: e.ID, Key: key, other: []string{prev}, consumer: consumerOf(e.Process), Message: fmt.Sprintf(
+					return &Violation{Invariant: name, ID: e.ID, Key: key, other: []string{prev}, consumer: consumerOf(e.Process), overtakes: true, Message: fmt.Sprintf(
 						"on key %s the effect of %s (published %s) came at step %d, after that of %s (published later, %s)",
 						key, e.ID, ordinal(n+1), e.Step, prev, ordinal(pn+1))}
 				}
@@ -187,7 +188,7 @@ func NothingLost(ledger, consumer string, want func(m *handler.Message) bool) In
 			if done[m.ID] || (want != nil && !want(m)) {
 				continue
 			}
-			return &Violation{Invariant: name, ID: m.ID, Key: m.Key, consumer: consumer, Message: fmt.Sprintf(
+			return &Violation{Invariant: name, ID: m.ID, Key: m.Key, consumer: consumer, overtakes: true, Message: fmt.Sprintf(
 				"event %s was published to %s but %s neither applied its effect on %q, nor dead-lettered it, nor parked it",
 				m.ID, topic, consumer, ledger)}
 		}

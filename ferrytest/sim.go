@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -666,7 +667,8 @@ type Failure struct {
 	// Seeds is how many seeds ran before and with this one.
 	Seeds int
 
-	test string
+	test string // the test's name
+	dir  string // its package's directory
 }
 
 // Error is the report: the violation, the faults injected on the message,
@@ -678,7 +680,7 @@ func (f *Failure) Error() string {
 	if len(f.Run.Hazards) > 0 {
 		fmt.Fprintf(&b, "note: %d turns slept past the quantum, so a replay may differ: %s\n", len(f.Run.Hazards), f.Run.Hazards[0])
 	}
-	fmt.Fprintf(&b, "replay: %s=%d go test -run '%s' <package>", EnvSeed, f.Seed, runPattern(f.test))
+	fmt.Fprintf(&b, "replay: cd %s && %s=%d go test -run '%s' .", f.dir, EnvSeed, f.Seed, runPattern(f.test))
 	return b.String()
 }
 
@@ -743,7 +745,8 @@ func Find(t *testing.T, p Profile, scenario func(s *Sim), opts ...Option) *Failu
 		}
 		if run.Violation != nil {
 			t.Logf("ferrytest: profile %q: seed %d failed after %d seeds in %s", p.Name, seed, i+1, time.Since(begin).Round(time.Millisecond))
-			return &Failure{Seed: seed, Run: run, Seeds: i + 1, test: t.Name()}
+			dir, _ := os.Getwd() // go test runs a package's tests in its directory
+			return &Failure{Seed: seed, Run: run, Seeds: i + 1, test: t.Name(), dir: dir}
 		}
 	}
 	took := time.Since(begin)
