@@ -168,5 +168,7 @@
 // (the SQS FIFO group lock after a Nack, Kafka's partition assignment,
 // retention) is not simulated, and where Semantics allow more than a
 // broker does, the simulator does the more. Effects and points are what
-// the fakes report: code between them runs as it is.
+// the fakes report: code between them runs as it is. A handler that
+// blocks for ever on something outside the run (not the virtual clock, not
+// another part of the run) ends the run with synctest's deadlock report.
 package ferrytest

@@ -65,9 +65,16 @@ func (v *Violation) complete(r *Run) {
 	}
 }
 
-// write prints the faults and the trace of the violation.
-func (v *Violation) write(w io.Writer) {
+// write prints the faults and the trace of the violation: of its
+// message, or, for a violation about no message, the end of the run's
+// trace.
+func (v *Violation) write(w io.Writer, r *Run) {
 	if v.ID == "" {
+		tail := r.Trace[max(0, len(r.Trace)-20):]
+		fmt.Fprintf(w, "the last %d events of the run:\n", len(tail))
+		for _, e := range tail {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
 		return
 	}
 	if len(v.Faults) == 0 {

@@ -52,6 +52,7 @@ type config struct {
 	maxSteps  int
 	faults    map[Fault]bool
 	logger    *slog.Logger
+	logSet    bool // WithLogger was given
 	routerOpt []ferry.Option
 	err       error
 }
@@ -151,7 +152,7 @@ func WithLogger(l *slog.Logger) Option {
 			c.fail("WithLogger(nil)")
 			return
 		}
-		c.logger = l
+		c.logger, c.logSet = l, true
 	})
 }
 
@@ -165,14 +166,17 @@ func RouterOptions(opts ...ferry.Option) Option {
 func newConfig(opts []Option) config {
 	c := config{seeds: DefaultSeeds, first: 1, members: DefaultMembers, quantum: DefaultQuantum,
 		maxSteps: DefaultMaxSteps, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	c.faults = make(map[Fault]bool, len(AllFaults))
-	for _, f := range AllFaults {
+	c.faults = make(map[Fault]bool, len(AllFaults()))
+	for _, f := range AllFaults() {
 		c.faults[f] = true
 	}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)
 		}
+	}
+	if os.Getenv(EnvSeed) != "" && !c.logSet {
+		c.logger = slog.Default() // one seed: its Routers' lines are worth reading
 	}
 	if v := os.Getenv(EnvSeeds); v != "" {
 		n, err := strconv.Atoi(v)

@@ -676,7 +676,7 @@ type Failure struct {
 func (f *Failure) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "ferrytest: seed %d of profile %q (after %d seeds): %s\n", f.Seed, f.Run.Profile.Name, f.Seeds, f.Run.Violation.Error())
-	f.Run.Violation.write(&b)
+	f.Run.Violation.write(&b, f.Run)
 	if len(f.Run.Hazards) > 0 {
 		fmt.Fprintf(&b, "note: %d turns slept past the quantum, so a replay may differ: %s\n", len(f.Run.Hazards), f.Run.Hazards[0])
 	}

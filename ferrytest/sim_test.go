@@ -50,7 +50,7 @@ func orderedScenario(s *ferrytest.Sim) {
 // allBut returns every fault but those given.
 func allBut(except ...ferrytest.Fault) ferrytest.Option {
 	var fs []ferrytest.Fault
-	for _, f := range ferrytest.AllFaults {
+	for _, f := range ferrytest.AllFaults() {
 		keep := true
 		for _, x := range except {
 			keep = keep && f != x

@@ -51,8 +51,10 @@ const (
 	Pause
 )
 
-// AllFaults lists every Fault.
-var AllFaults = []Fault{Duplicate, CrashBefore, CrashAfter, Reorder, Delay, LeaseExpiry, Unavailable, UnknownOutcome, Transient, Pause}
+// AllFaults returns every Fault, in order.
+func AllFaults() []Fault {
+	return []Fault{Duplicate, CrashBefore, CrashAfter, Reorder, Delay, LeaseExpiry, Unavailable, UnknownOutcome, Transient, Pause}
+}
 
 // String returns the fault's name as reports print it.
 func (f Fault) String() string {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,14 +148,29 @@ func orderScenarioWith(sim *ferrytest.Sim, leaseInbox bool) {
 		}, s.simOptions(name)...)
 	}
 
+	poison := "evt-" + newOrder(f.poison).OrderID
 	if consumers[0] == "inventory" {
-		sim.Expect(ferrytest.OneEffect("reserve"), ferrytest.NothingLost("reserve", "inventory", nil))
+		sim.Expect(ferrytest.OneEffect("reserve"), ferrytest.NothingLost("reserve", "inventory", nil),
+			ferrytest.Func("inventory parks the poison order", func(r *ferrytest.Run) error {
+				if !slices.Contains(r.Parked["inventory"], poison) {
+					return fmt.Errorf("%s is not parked: parked %v", poison, r.Parked["inventory"])
+				}
+				return nil
+			}))
 	}
 	high := func(m *handler.Message) bool { return m.Headers[headerBand] == "high" }
 	sim.Expect(
 		ferrytest.NothingLost("email", "email", nil),
 		ferrytest.NothingLost("fraud-check", "fraud", high),
 		ferrytest.NothingLost("analytics", "analytics", nil),
+		ferrytest.Func("email dead-letters the poison order", func(r *ferrytest.Run) error {
+			for _, m := range r.DeadLetters {
+				if dl, _ := transport.ReadDeadLetter(m); m.ID == poison && dl.Subscription == "email" {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s was not dead-lettered by email", poison)
+		}),
 		ferrytest.Func("analytics counts each order once", func(r *ferrytest.Run) error {
 			if got := s.sum.analytics.Load(); got != simOrders {
 				return fmt.Errorf("analytics counted %d distinct orders, want %d", got, simOrders)
