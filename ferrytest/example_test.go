@@ -36,3 +36,20 @@ func ExampleStart() {
 	// reserved stock for order-1
 	// close: <nil>
 }
+
+// Profiles are what the transports of this module declare: Like takes a
+// name, FromURL a URL's scheme, and For the variant a subscription's
+// options select, as the real transport would.
+func ExampleLike() {
+	p := ferrytest.Like("rabbitmq")
+	fmt.Println(p.Name, p.Semantics.Ordering)
+	sub := transport.Subscription{Topic: "orders", Options: map[string]string{"ordered": "true"}}
+	fmt.Println(p.For(sub).Name, p.For(sub).Semantics.Ordering)
+	fmt.Println(ferrytest.FromURL("kafka://broker:9092?group=inventory").Name)
+	fmt.Println(ferrytest.Like("activemq").Err() != nil)
+	// Output:
+	// rabbitmq none
+	// rabbitmq-ordered per-topic
+	// kafka
+	// true
+}
