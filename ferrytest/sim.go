@@ -284,6 +284,10 @@ func (s *Sim) execute() (*Run, error) {
 	}
 	for {
 		synctest.Wait()
+		if err := s.routersRunning(); err != nil {
+			s.stopAll()
+			return nil, err
+		}
 		acts := s.actions()
 		if len(acts) == 0 {
 			break
@@ -316,6 +320,27 @@ func (s *Sim) execute() (*Run, error) {
 		v.complete(&s.run)
 	}
 	return &s.run, nil
+}
+
+// routersRunning returns an error if a member's Router has stopped by
+// itself (Run returned while the run goes on): the scenario cannot go on
+// without it.
+func (s *Sim) routersRunning() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.consumers {
+		for _, m := range c.members {
+			if m.down || m.done == nil {
+				continue
+			}
+			select {
+			case <-m.done:
+				return fmt.Errorf("ferrytest: the Router of %s stopped by itself: %v", m, m.err)
+			default:
+			}
+		}
+	}
+	return nil
 }
 
 // busy says what keeps a run that does not settle busy.
@@ -402,6 +427,7 @@ func (s *Sim) stopAll() {
 		for _, m := range c.members {
 			if m.r != nil && !m.down {
 				live = append(live, m)
+				m.down = true
 			}
 		}
 	}
