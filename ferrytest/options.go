@@ -29,7 +29,7 @@ const (
 // Environment variables the runners read, so that a failing seed is
 // replayed without editing the test.
 const (
-	// EnvSeed, when set to a seed, makes Check, Find and Explore run only
+	// EnvSeed, when set to a seed, makes Check and Find run only
 	// that seed, and Check log its whole trace.
 	EnvSeed = "FERRYTEST_SEED"
 	// EnvSeeds, when set to a number, overrides the number of seeds.

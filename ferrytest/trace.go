@@ -167,10 +167,11 @@ type Run struct {
 	// virtual time.
 	Steps   int
 	Elapsed time.Duration
-	// Hazards lists the places where random jitter in the Router or the
-	// middleware could have changed the virtual clock at a later decision
-	// (a handler turn that slept longer than the quantum): a replay of the
-	// seed may differ from there on. Empty in a run that replays exactly.
+	// Hazards lists the handler turns that waited a quantum or more of
+	// virtual time: random jitter in the Router's or the middleware's
+	// waits could then move the clock differently in a replay, and the
+	// replay may differ from there on if a later outcome depends on the
+	// clock (a lease ending). See "Determinism" in the package doc.
 	Hazards []string
 	// Violation is the first invariant that failed, or nil.
 	Violation *Violation
