@@ -107,9 +107,9 @@ func Like(name string) Profile {
 // FIFO queue is Like("sqs-fifo")), amqp:// and amqps:// (RabbitMQ),
 // redis:// and rediss://, mqtt:// and mqtts://. It reads only the scheme:
 // the profile is the transport's default configuration. Where URL or
-// subscription options change what a transport declares (RabbitMQ
-// ordered=false, Redis mode=shared, a FIFO queue), use the profile of that
-// name, or [Declared] with the real transport. An unparsable URL or an
+// subscription options change what a transport declares (RabbitMQ's
+// "ordered", Redis's "mode", a FIFO queue), use the profile of that name
+// (or [Profile.For]), or [Declared] with the real transport. An unparsable URL or an
 // unknown scheme gives a Profile whose Err says so; the error never
 // quotes the URL, which may hold credentials.
 func FromURL(rawURL string) Profile {
