@@ -142,7 +142,7 @@ func TestFindsGlobalOrderAssumption(t *testing.T) {
 // error, and a message the Router nacks comes back after later ones, on
 // any broker.)
 func TestGlobalOrderHoldsPerTopic(t *testing.T) {
-	ferrytest.Check(t, ferrytest.Like("rabbitmq-ordered"), globalOrder, ferrytest.Seeds(1000),
+	ferrytest.Check(t, ferrytest.Like("rabbitmq"), globalOrder, ferrytest.Seeds(1000),
 		ferrytest.Faults(ferrytest.Reorder, ferrytest.Duplicate, ferrytest.CrashBefore, ferrytest.CrashAfter,
 			ferrytest.LeaseExpiry, ferrytest.Delay, ferrytest.Pause, ferrytest.Unavailable, ferrytest.UnknownOutcome))
 }

@@ -43,13 +43,13 @@ func ExampleStart() {
 func ExampleLike() {
 	p := ferrytest.Like("rabbitmq")
 	fmt.Println(p.Name, p.Semantics.Ordering)
-	sub := transport.Subscription{Topic: "orders", Options: map[string]string{"ordered": "true"}}
+	sub := transport.Subscription{Topic: "orders", Options: map[string]string{"ordered": "false"}}
 	fmt.Println(p.For(sub).Name, p.For(sub).Semantics.Ordering)
 	fmt.Println(ferrytest.FromURL("kafka://broker:9092?group=inventory").Name)
 	fmt.Println(ferrytest.Like("activemq").Err() != nil)
 	// Output:
-	// rabbitmq none
-	// rabbitmq-ordered per-topic
+	// rabbitmq per-topic
+	// rabbitmq-competing none
 	// kafka
 	// true
 }

@@ -46,11 +46,11 @@ type variant struct {
 	p    Profile
 }
 
-// For returns the profile a subscription sub gets: the variant of p's
+// For returns the profile a subscription sub gets: the profile of p's
 // transport that sub.Options select, as the real transport declares
-// differently for them (RabbitMQ's "ordered": "true" gives
-// "rabbitmq-ordered", Redis's "mode": "exclusive" "redis-exclusive"), or p
-// itself. Options the table knows nothing of are ignored: they configure
+// differently for them (RabbitMQ's "ordered": "false" gives
+// "rabbitmq-competing" and "ordered": "true" "rabbitmq"; Redis's "mode":
+// "shared" gives "redis-shared" and "exclusive" "redis"), or p itself. Options the table knows nothing of are ignored: they configure
 // the broker, not what it may do.
 func (p Profile) For(sub transport.Subscription) Profile {
 	best, n := p, 0
@@ -89,7 +89,7 @@ func (p Profile) String() string { return p.Name }
 
 // Like returns the profile of the given name: one of the names [Profiles]
 // lists ("memory", "kafka", "sqs", "sqs-fifo", "rabbitmq",
-// "rabbitmq-ordered", "redis", "redis-exclusive", "mqtt"), each the
+// "rabbitmq-competing", "redis", "redis-shared", "mqtt"), each the
 // Semantics that transport declares with its default URL, and, for the
 // variants, the subscription options of their names (see [Profile.For]). An unknown name gives a Profile whose [Profile.Err] wraps
 // [ErrUnknownProfile] and lists the names; the runners report it.
@@ -157,12 +157,12 @@ func Profiles() []Profile {
 }
 
 // profileOf makes the profile of row e, with the variants of its
-// transport: the rows whose subscription sets options.
+// transport: the rows that subscription options select.
 func profileOf(e profiles.Entry) Profile {
 	p := Profile{Name: e.Name, Semantics: e.Semantics, DeliveryLimit: e.DeliveryLimit}
 	for _, o := range profiles.Table {
-		if o.Semantics.Transport == e.Semantics.Transport && len(o.Sub.Options) > 0 {
-			p.variants = append(p.variants, variant{opts: o.Sub.Options,
+		if o.Semantics.Transport == e.Semantics.Transport && len(o.Select) > 0 {
+			p.variants = append(p.variants, variant{opts: o.Select,
 				p: Profile{Name: o.Name, Semantics: o.Semantics, DeliveryLimit: o.DeliveryLimit}})
 		}
 	}

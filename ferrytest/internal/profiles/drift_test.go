@@ -109,25 +109,36 @@ func declared(t *testing.T, e profiles.Entry) transport.Semantics {
 }
 
 // TestTableMatchesTransports: every row is what its transport declares,
-// field by field.
+// field by field, for the row's subscription and for one with the
+// options that select the row.
 func TestTableMatchesTransports(t *testing.T) {
 	for _, e := range profiles.Table {
 		t.Run(e.Name, func(t *testing.T) {
-			got := declared(t, e)
-			if got == e.Semantics {
-				return
+			compare(t, e, declared(t, e))
+			if len(e.Select) > 0 {
+				sel := e
+				sel.Sub.Options = e.Select
+				compare(t, e, declared(t, sel))
 			}
-			gv, wv := reflect.ValueOf(got), reflect.ValueOf(e.Semantics)
-			var diffs []string
-			for i := range gv.NumField() {
-				if g, w := gv.Field(i).Interface(), wv.Field(i).Interface(); g != w {
-					diffs = append(diffs, fmt.Sprintf("%s: transport declares %v, the table says %v", gv.Type().Field(i).Name, g, w))
-				}
-			}
-			t.Errorf("profile %q drifted from its transport (update ferrytest/internal/profiles):\n  %s\n  declared: %#v",
-				e.Name, strings.Join(diffs, "\n  "), got)
 		})
 	}
+}
+
+// compare fails t, naming the fields, if got is not e's Semantics.
+func compare(t *testing.T, e profiles.Entry, got transport.Semantics) {
+	t.Helper()
+	if got == e.Semantics {
+		return
+	}
+	gv, wv := reflect.ValueOf(got), reflect.ValueOf(e.Semantics)
+	var diffs []string
+	for i := range gv.NumField() {
+		if g, w := gv.Field(i).Interface(), wv.Field(i).Interface(); g != w {
+			diffs = append(diffs, fmt.Sprintf("%s: transport declares %v, the table says %v", gv.Type().Field(i).Name, g, w))
+		}
+	}
+	t.Errorf("profile %q drifted from its transport (update ferrytest/internal/profiles):\n  %s\n  declared: %#v",
+		e.Name, strings.Join(diffs, "\n  "), got)
 }
 
 // TestEverySchemeHasAProfile: a transport registered in this module has a
@@ -142,19 +153,19 @@ func TestEverySchemeHasAProfile(t *testing.T) {
 }
 
 // TestFromURLFindsTheRow: each row that is a scheme's default is what
-// FromURL returns for its URL, and each row whose subscription sets
-// options is what that default gives a subscription with them.
+// FromURL returns for its URL, and each row with options that select it
+// is what every profile of its transport gives a subscription with them.
 func TestFromURLFindsTheRow(t *testing.T) {
 	for _, e := range profiles.Table {
-		if len(e.Sub.Options) > 0 {
-			var def ferrytest.Profile
+		if len(e.Select) > 0 {
 			for _, o := range profiles.Table {
-				if o.Semantics.Transport == e.Semantics.Transport && len(o.Schemes) > 0 {
-					def = ferrytest.Like(o.Name)
+				if o.Semantics.Transport != e.Semantics.Transport {
+					continue
 				}
-			}
-			if got := def.For(e.Sub); got.Name != e.Name || got.Semantics != e.Semantics {
-				t.Errorf("Like(%q).For(%v) = %q, want %q", def.Name, e.Sub.Options, got.Name, e.Name)
+				sub := transport.Subscription{Topic: "orders", Options: e.Select}
+				if got := ferrytest.Like(o.Name).For(sub); got.Name != e.Name || got.Semantics != e.Semantics {
+					t.Errorf("Like(%q).For(%v) = %q, want %q", o.Name, e.Select, got.Name, e.Name)
+				}
 			}
 		}
 		if len(e.Schemes) == 0 {

@@ -22,6 +22,11 @@ type Entry struct {
 	// host "BROKER" stands for the test broker's address.
 	URL string
 	Sub transport.Subscription
+	// Select are the subscription options that give this row's Semantics
+	// on its transport, whatever its other rows (ferrytest's Profile.For):
+	// a variant's own options, or the options that ask for the default
+	// explicitly. The drift test declares them too.
+	Select map[string]string
 }
 
 // Table is the table. Each row is what the transport of this module declares for
@@ -56,8 +61,9 @@ var Table = []Entry{
 	{
 		Name: "sqs",
 		Semantics: transport.Semantics{
-			Transport: "sqs", Ordering: transport.OrderNone, Ack: transport.AckPerMessage,
-			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, Extend: true,
+			Transport: "sqs", Ordering: transport.OrderNone,
+			OrderingHint: `a FIFO queue: a queue name ending in ".fifo" (Message.Key is its MessageGroupId)`,
+			Ack:          transport.AckPerMessage, Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, Extend: true,
 			Headers: true, MaxPayload: 1<<20 - 8192,
 		},
 		Schemes: []string{"sqs", "sns"},
@@ -77,7 +83,7 @@ var Table = []Entry{
 	{
 		Name: "rabbitmq",
 		Semantics: transport.Semantics{
-			Transport: "amqp", Ordering: transport.OrderNone, Ack: transport.AckPerMessage,
+			Transport: "amqp", Ordering: transport.OrderPerTopic, Ack: transport.AckPerMessage,
 			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, NativeDLQ: true,
 			FanOut: true, Headers: true, MaxPayload: 128 << 20,
 		},
@@ -85,22 +91,25 @@ var Table = []Entry{
 		Schemes:       []string{"amqp", "amqps"},
 		URL:           "amqp://guest:guest@BROKER/",
 		Sub:           transport.Subscription{Topic: "orders", Group: "inventory"},
+		Select:        map[string]string{"ordered": "true"},
 	},
 	{
-		Name: "rabbitmq-ordered",
+		Name: "rabbitmq-competing",
 		Semantics: transport.Semantics{
-			Transport: "amqp", Ordering: transport.OrderPerTopic, Ack: transport.AckPerMessage,
-			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, NativeDLQ: true,
+			Transport: "amqp", Ordering: transport.OrderNone,
+			OrderingHint: "the URL option ordered=true (its default: one active consumer per group) or shards=N (key-hashed queues the members share)",
+			Ack:          transport.AckPerMessage, Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, NativeDLQ: true,
 			FanOut: true, Headers: true, MaxPayload: 128 << 20,
 		},
 		DeliveryLimit: 10,
 		URL:           "amqp://guest:guest@BROKER/",
-		Sub:           transport.Subscription{Topic: "orders", Group: "inventory", Options: map[string]string{"ordered": "true"}},
+		Sub:           transport.Subscription{Topic: "orders", Group: "inventory", Options: map[string]string{"ordered": "false"}},
+		Select:        map[string]string{"ordered": "false"},
 	},
 	{
 		Name: "redis",
 		Semantics: transport.Semantics{
-			Transport: "redis", Ordering: transport.OrderNone, Ack: transport.AckPerMessage,
+			Transport: "redis", Ordering: transport.OrderPerTopic, Ack: transport.AckPerMessage,
 			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, Extend: true,
 			FanOut: true, Replay: true, Headers: true, MaxPayload: 512 << 20,
 			RedeliveryDelay: 2*time.Second + 250*time.Millisecond,
@@ -108,17 +117,20 @@ var Table = []Entry{
 		Schemes: []string{"redis", "rediss"},
 		URL:     "redis://BROKER/0",
 		Sub:     transport.Subscription{Topic: "orders", Group: "inventory"},
+		Select:  map[string]string{"mode": "exclusive"},
 	},
 	{
-		Name: "redis-exclusive",
+		Name: "redis-shared",
 		Semantics: transport.Semantics{
-			Transport: "redis", Ordering: transport.OrderPerTopic, Ack: transport.AckPerMessage,
-			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, Extend: true,
+			Transport: "redis", Ordering: transport.OrderNone,
+			OrderingHint: "mode=exclusive (the default: one active member per stream), with shards=N for N active members",
+			Ack:          transport.AckPerMessage, Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, Extend: true,
 			FanOut: true, Replay: true, Headers: true, MaxPayload: 512 << 20,
 			RedeliveryDelay: 2*time.Second + 250*time.Millisecond,
 		},
-		URL: "redis://BROKER/0",
-		Sub: transport.Subscription{Topic: "orders", Group: "inventory", Options: map[string]string{"mode": "exclusive"}},
+		URL:    "redis://BROKER/0",
+		Sub:    transport.Subscription{Topic: "orders", Group: "inventory", Options: map[string]string{"mode": "shared"}},
+		Select: map[string]string{"mode": "shared"},
 	},
 	{
 		Name: "mqtt",
