@@ -89,7 +89,8 @@ func (p Profile) String() string { return p.Name }
 
 // Like returns the profile of the given name: one of the names [Profiles]
 // lists ("memory", "kafka", "sqs", "sqs-fifo", "rabbitmq",
-// "rabbitmq-competing", "redis", "redis-shared", "mqtt"), each the
+// "rabbitmq-competing", "redis", "redis-shared", "mqtt", "nats",
+// "nats-shared"), each the
 // Semantics that transport declares with its default URL, and, for the
 // variants, the subscription options of their names (see [Profile.For]). An unknown name gives a Profile whose [Profile.Err] wraps
 // [ErrUnknownProfile] and lists the names; the runners report it.
@@ -105,7 +106,8 @@ func Like(name string) Profile {
 // FromURL returns the profile of the transport rawURL opens, by its
 // scheme: memory://, kafka://, sqs:// and sns:// (a queue's semantics; a
 // FIFO queue is Like("sqs-fifo")), amqp:// and amqps:// (RabbitMQ),
-// redis:// and rediss://, mqtt:// and mqtts://. It reads only the scheme:
+// redis:// and rediss://, mqtt:// and mqtts://, nats:// (JetStream). It
+// reads only the scheme:
 // the profile is the transport's default configuration. Where URL or
 // subscription options change what a transport declares (RabbitMQ's
 // "ordered", Redis's "mode", a FIFO queue), use the profile of that name

@@ -3,7 +3,6 @@ package profiles_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,8 +12,8 @@ import (
 
 	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/ferrytest/internal/profiles"
-	"github.com/ferrymq/ferry/internal/fauxqs"
 	"github.com/ferrymq/ferry/transport"
+	_ "github.com/ferrymq/ferry/transport/jetstream"
 	_ "github.com/ferrymq/ferry/transport/kafka"
 	_ "github.com/ferrymq/ferry/transport/memory"
 	_ "github.com/ferrymq/ferry/transport/mqtt"
@@ -25,15 +24,17 @@ import (
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
-func TestMain(m *testing.M) { os.Exit(fauxqs.Main(m)) }
-
 // brokerAddr returns the address that stands for "BROKER" in a row's URL,
 // or skips t (fails it under FERRY_REQUIRE_BROKERS=1) when the broker is
-// unreachable. Kafka is kfake, in process; SQS is fauxqs.
+// unreachable: the transports whose New connects need one. Kafka is
+// kfake, in process; SQS's New does no I/O.
 func brokerAddr(t *testing.T, scheme string) string {
 	switch scheme {
 	case "memory":
 		return ""
+	case "nats":
+		transporttest.RequireBroker(t, "nats", "127.0.0.1:4222")
+		return "127.0.0.1:4222"
 	case "kafka":
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
 		if err != nil {
@@ -42,8 +43,7 @@ func brokerAddr(t *testing.T, scheme string) string {
 		t.Cleanup(c.Close)
 		return c.ListenAddrs()[0]
 	case "sqs":
-		srv := fauxqs.ForTest(t)
-		return strings.TrimPrefix(srv.URL, "http://")
+		return "127.0.0.1:1"
 	case "amqp":
 		transporttest.RequireBroker(t, "rabbitmq", "127.0.0.1:5672")
 		return "127.0.0.1:5672"
@@ -62,50 +62,37 @@ func brokerAddr(t *testing.T, scheme string) string {
 // no host: its queue comes from the subscription, its endpoint from a key.
 func rowURL(e profiles.Entry, addr string) string {
 	if strings.HasPrefix(e.URL, "sqs://") {
-		return "sqs://" + e.Sub.Topic + "?region=" + fauxqs.Region + "&endpoint=http://" + addr
+		return "sqs://" + e.Sub.Topic + "?region=us-east-1&endpoint=http://" + addr
 	}
 	return strings.Replace(e.URL, "BROKER", addr, 1)
 }
 
-// declared returns what the real transport declares for the row: by
-// Declare where it implements transport.Declarer (no I/O), otherwise from
-// the Semantics of a stream it opens on fresh names.
+// declared returns what the real transport declares for the row, by its
+// Declare (every transport of this module implements transport.Declarer).
 func declared(t *testing.T, e profiles.Entry) transport.Semantics {
 	scheme := strings.SplitN(e.URL, "://", 2)[0]
 	addr := brokerAddr(t, scheme)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if scheme == "sqs" {
-		// The SDK's credential chain; the emulator takes any.
+		// The SDK's credential chain must find some; Declare sends nothing.
 		t.Setenv("AWS_ACCESS_KEY_ID", "test")
 		t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
 	}
 	tr, err := transport.Open(ctx, rowURL(e, addr))
 	if err != nil {
-		t.Fatalf("open %s: %v", e.Name, err)
+		t.Fatalf("open the URL of %s: %v", e.Name, err)
 	}
 	defer tr.Close(context.Background())
-	if d, ok := tr.(transport.Declarer); ok {
-		sem, err := d.Declare(e.Sub)
-		if err != nil {
-			t.Fatalf("Declare(%+v): %v", e.Sub, err)
-		}
-		return sem
+	d, ok := tr.(transport.Declarer)
+	if !ok {
+		t.Fatalf("the %s transport does not implement transport.Declarer", scheme)
 	}
-	sub := e.Sub
-	name := transporttest.UniqueName(t, "drift")
-	sub.Group = name
-	if strings.HasSuffix(sub.Topic, ".fifo") {
-		sub.Topic = name + ".fifo"
-	} else {
-		sub.Topic = name
-	}
-	st, err := tr.Subscribe(ctx, sub)
+	sem, err := d.Declare(e.Sub)
 	if err != nil {
-		t.Fatalf("subscribe: %v", err)
+		t.Fatalf("Declare(%+v): %v", e.Sub, err)
 	}
-	defer st.Close(context.Background())
-	return st.Semantics()
+	return sem
 }
 
 // TestTableMatchesTransports: every row is what its transport declares,

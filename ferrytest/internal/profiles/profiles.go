@@ -143,4 +143,30 @@ var Table = []Entry{
 		URL:     "mqtt://BROKER?format=envelope",
 		Sub:     transport.Subscription{Topic: "orders", Group: "inventory"},
 	},
+	{
+		Name: "nats",
+		Semantics: transport.Semantics{
+			Transport: "nats", Ordering: transport.OrderPerTopic, Ack: transport.AckPerMessage,
+			Redelivery: transport.RedeliverOnNack, NackDelay: true, Attempts: true, Extend: true,
+			FanOut: true, Replay: true, Headers: true, MaxPayload: 1<<20 - 8192,
+			RedeliveryDelay: 2500 * time.Millisecond,
+		},
+		Schemes: []string{"nats"},
+		URL:     "nats://BROKER",
+		Sub:     transport.Subscription{Topic: "orders", Group: "inventory"},
+		Select:  map[string]string{"mode": "exclusive"},
+	},
+	{
+		Name: "nats-shared",
+		Semantics: transport.Semantics{
+			Transport: "nats", Ordering: transport.OrderNone,
+			OrderingHint: "mode=exclusive (the default: one active member per group keeps the topic's order) or partitions=N (N members share the work, each key in order)",
+			Ack:          transport.AckPerMessage,
+			Redelivery:   transport.RedeliverOnNack, NackDelay: true, Attempts: true, Extend: true,
+			FanOut: true, Replay: true, Headers: true, MaxPayload: 1<<20 - 8192,
+		},
+		URL:    "nats://BROKER",
+		Sub:    transport.Subscription{Topic: "orders", Group: "inventory", Options: map[string]string{"mode": "shared"}},
+		Select: map[string]string{"mode": "shared"},
+	},
 }
