@@ -1,0 +1,17 @@
+// Package testbrokers runs a documented broker URL against this machine's
+// test brokers, so that the URLs users read in the README and the docs are
+// the ones the tests run.
+//
+// [URL] takes a URL as documented (mqtt://127.0.0.1:1883,
+// kafka://127.0.0.1:9092, sqs://?region=us-east-1&endpoint=http://127.0.0.1:4566)
+// and returns the same URL pointed at a broker the test can use: the
+// shared servers on 127.0.0.1 for Redis and RabbitMQ (checked reachable),
+// an in-process kfake cluster for Kafka, a private Mosquitto with
+// max_queued_messages 0 for MQTT (package mosquitto), and the fauxqs
+// emulator for SQS and SNS (package fauxqs, which installs it when npm is
+// there). Only the address changes: every query key of the documented URL
+// is kept. When a broker cannot be had the test is skipped, or fails with
+// FERRY_REQUIRE_BROKERS=1.
+//
+// A test binary that uses SQS or SNS calls fauxqs.Main from its TestMain.
+package testbrokers
