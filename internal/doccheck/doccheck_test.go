@@ -9,11 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferrymq/ferry/internal/testenv"
+	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
 // block is one fenced code block of a Markdown file.
@@ -110,15 +114,23 @@ func TestMarkdownGoBlocks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, b := range parse(f, data) {
+		blocks := parse(f, data)
+		// The page's own whole programs: a fragment may be a step of one.
+		var own [][]string
+		for _, b := range blocks {
+			if isProgram(b) {
+				own = append(own, trimmed(b.code))
+			}
+		}
+		for _, b := range blocks {
 			rel, _ := filepath.Rel(root, b.file)
-			if strings.HasPrefix(strings.TrimSpace(b.code), "package main") {
+			if isProgram(b) {
 				programs = append(programs, b)
 				continue
 			}
-			if !containsLines(tests, b.code) {
-				t.Errorf("%s:%d: this Go fragment appears in no _test.go file, so nothing compiles or runs it; "+
-					"make it a whole program, or copy it from an Example", rel, b.line)
+			if !containsLines(slices.Concat(tests, own), b.code) {
+				t.Errorf("%s:%d: this Go fragment appears in no _test.go file and in no whole program of its page, "+
+					"so nothing compiles or runs it; make it a whole program, or copy it from an Example", rel, b.line)
 			}
 		}
 	}
@@ -132,6 +144,8 @@ func TestMarkdownGoBlocks(t *testing.T) {
 		})
 	}
 }
+
+func isProgram(b block) bool { return strings.HasPrefix(strings.TrimSpace(b.code), "package main") }
 
 // testSources returns every _test.go file of the repository, each as its
 // lines trimmed of indentation.
@@ -222,6 +236,9 @@ func runProgram(t *testing.T, root string, b block) {
 	must(t, os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644))
 	must(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(b.code+"\n"), 0o644))
 
+	if slices.Contains(strings.Fields(b.info), "postgres") {
+		transporttest.RequireBroker(t, "postgresql", testenv.PostgresURL())
+	}
 	bin := filepath.Join(dir, "prog")
 	build := exec.Command("go", "build", "-mod=mod", "-o", bin, ".")
 	build.Dir = dir
@@ -232,6 +249,7 @@ func runProgram(t *testing.T, root string, b block) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "FERRY_POSTGRES_URL="+testenv.PostgresURL())
 	cmd.Dir = dir
 	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
