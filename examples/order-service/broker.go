@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/jetstream"
 	"github.com/ferrymq/ferry/transport/mqtt"
 	"github.com/ferrymq/ferry/transport/rabbitmq"
 	"github.com/ferrymq/ferry/transport/redisstream"
@@ -178,6 +179,15 @@ func cleanup(ctx context.Context, t transport.Transport, rawURL string, tp topol
 		err = errors.Join(
 			deleteTopics(ctx, tr, append([]string{tp.topic()}, dlqs...)),
 			deleteQueues(ctx, tr.SQS().Client(), append(queues, dlqs...)))
+	case *jetstream.Transport:
+		js := tr.JetStream()
+		for _, subject := range append([]string{tp.topic()}, dlqs...) {
+			name, err2 := js.StreamNameBySubject(ctx, subject)
+			if err2 != nil {
+				continue // never made (a DLQ nothing was published to)
+			}
+			err = errors.Join(err, js.DeleteStream(ctx, name)) // and its consumers
+		}
 	case *mqtt.Transport:
 		for _, id := range tr.Sessions() {
 			err = errors.Join(err, tr.RemoveSession(ctx, id))

@@ -10,6 +10,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
 
@@ -87,6 +89,25 @@ func leftovers(t *testing.T, rawURL, shop string) []string {
 			if strings.Contains(tp, shop) {
 				left = append(left, tp)
 			}
+		}
+	case "nats":
+		nc, err := nats.Connect(rawURL, nats.Timeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, err := njs.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := js.StreamNames(ctx)
+		for n := range names.Name() {
+			if strings.Contains(n, shop) {
+				left = append(left, "stream "+n)
+			}
+		}
+		if err := names.Err(); err != nil {
+			t.Fatal(err)
 		}
 	case "sqs", "sns":
 		cfg := fauxqs.ForTest(t).Config()

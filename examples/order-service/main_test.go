@@ -120,7 +120,7 @@ func documented(t *testing.T) map[string]docRow {
 
 // matrix is every transport the example must run on, in the order the
 // test reports them.
-var matrix = []string{"memory", "redis", "amqp", "mqtt", "kafka", "sqs", "sns"}
+var matrix = []string{"memory", "redis", "amqp", "mqtt", "kafka", "sqs", "sns", "nats"}
 
 // TestOrderServiceEveryBroker is the portability matrix: the example, with
 // its faults, on every transport's README URL, each with the PostgreSQL

@@ -11,6 +11,7 @@ import (
 	"github.com/ferrymq/ferry/internal/fauxqs"
 	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
+	_ "github.com/ferrymq/ferry/transport/jetstream"
 	_ "github.com/ferrymq/ferry/transport/kafka"
 	_ "github.com/ferrymq/ferry/transport/memory"
 	_ "github.com/ferrymq/ferry/transport/mqtt"
@@ -41,6 +42,9 @@ var choices = []declared{
 	{"amqp://guest:guest@127.0.0.1:5672/?ordered=false", "orders"},
 	{"mqtt://127.0.0.1:1883", "orders"},
 	{"mqtt://127.0.0.1:1883?format=raw", "orders"},
+	{"nats://127.0.0.1:4222", "orders"},
+	{"nats://127.0.0.1:4222?partitions=4", "orders"},
+	{"nats://127.0.0.1:4222?mode=shared", "orders"},
 	{"sqs://?region=eu-west-1", "orders"},
 	{"sqs://?region=eu-west-1", "orders.fifo"},
 	{"sqs://?region=eu-west-1&max_receive_count=5", "orders.fifo"},

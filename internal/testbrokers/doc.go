@@ -5,7 +5,7 @@
 // [URL] takes a URL as documented (mqtt://127.0.0.1:1883,
 // kafka://127.0.0.1:9092, sqs://?region=us-east-1&endpoint=http://127.0.0.1:4566)
 // and returns the same URL pointed at a broker the test can use: the
-// shared servers on 127.0.0.1 for Redis and RabbitMQ (checked reachable),
+// shared servers on 127.0.0.1 for Redis, RabbitMQ and NATS (checked reachable),
 // an in-process kfake cluster for Kafka, a private Mosquitto with
 // max_queued_messages 0 for MQTT (package mosquitto), and the fauxqs
 // emulator for SQS and SNS (package fauxqs, which installs it when npm is

@@ -37,6 +37,8 @@ func URL(tb testing.TB, docURL string) string {
 		transporttest.RequireBroker(tb, "redis", u.Host)
 	case "amqp", "amqps":
 		transporttest.RequireBroker(tb, "rabbitmq", u.Host)
+	case "nats":
+		transporttest.RequireBroker(tb, "nats", u.Host)
 	case "mqtt", "mqtts":
 		u.Host = mosquitto.Start(tb).Addr()
 	case "kafka":
