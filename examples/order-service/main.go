@@ -114,6 +114,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	slog.SetDefault(logger) // for the transports opened by URL, which log through the default
 
 	sum, err := run(ctx, cfg, os.Stdout, logger)
 	if err != nil {
