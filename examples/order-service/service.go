@@ -580,7 +580,10 @@ func (s *service) readDLQ(ctx context.Context, sum *summary) error {
 			why = fmt.Sprintf(" (error class %s, %s)", rec.Class, plural(int64(rec.Attempts), "attempt"))
 		}
 	}
+	// At least once: a dead letter may be published twice; one ID is one
+	// dead letter.
 	slices.Sort(sum.dlqIDs)
+	sum.dlqIDs = slices.Compact(sum.dlqIDs)
 	sum.dlqNote = fmt.Sprintf("email's DLQ %s holds %s%s", sum.dlq, strings.Join(sum.dlqIDs, ", "), why)
 	return nil
 }
