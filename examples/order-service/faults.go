@@ -86,7 +86,7 @@ func (l *loseAck) wrap(sub string, next handler.Handler) handler.Handler {
 	})
 }
 
-// fired reports whether the fault has fired for m's ID on sub.
+// hasFired reports whether the fault has fired for m's ID on sub.
 func (l *loseAck) hasFired(sub, id string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
