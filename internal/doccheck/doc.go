@@ -11,7 +11,8 @@
 //     the expected lines, then interrupts it (SIGINT) and expects a clean
 //     exit, as a service would. The expected output is the ```text block
 //     that follows the program, if any: each of its lines must appear in
-//     the program's output, in order. A program whose fence also says
+//     the program's output, in any order (concurrent handlers finish in
+//     any order). A program whose fence also says
 //     "postgres" ("go postgres") needs PostgreSQL: the test skips it when
 //     the server is unreachable (fails with FERRY_REQUIRE_BROKERS=1), and
 //     runs it with FERRY_POSTGRES_URL set.

@@ -275,19 +275,20 @@ func runProgram(t *testing.T, root string, b block) {
 	}
 }
 
-// hasLines reports whether each of want appears in out, in order, each
-// within one line of out.
+// hasLines reports whether each of want appears within its own line of
+// out, in any order: concurrent handlers print in the order they finish.
 func hasLines(out string, want []string) bool {
 	lines := strings.Split(out, "\n")
-	i := 0
+	used := make([]bool, len(lines))
+next:
 	for _, w := range want {
-		for i < len(lines) && !strings.Contains(lines[i], w) {
-			i++
+		for i, l := range lines {
+			if !used[i] && strings.Contains(l, w) {
+				used[i] = true
+				continue next
+			}
 		}
-		if i == len(lines) {
-			return false
-		}
-		i++
+		return false
 	}
 	return true
 }
