@@ -65,26 +65,42 @@ type loseAck struct {
 	onFire func(sub string, m *handler.Message)
 }
 
+// wrap returns next with the fault outermost. The wrapper answers
+// handler.NeedsOrder for next, as middleware does, so that the Router
+// still sees that inventory's chain parks keys.
 func (l *loseAck) wrap(sub string, next handler.Handler) handler.Handler {
-	return handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
-		err := next.Handle(ctx, m)
-		if err != nil || !l.pick(m) {
-			return err
-		}
-		l.mu.Lock()
-		k := sub + "/" + m.ID
-		first := !l.fired[k]
-		l.fired[k] = true
-		l.mu.Unlock()
-		if !first {
-			return nil
-		}
-		if l.onFire != nil {
-			l.onFire(sub, m)
-		}
-		return fmt.Errorf("%w: %s on %s", errLostAck, m.ID, sub)
-	})
+	return lostAckHandler{l: l, sub: sub, next: next}
 }
+
+// lostAckHandler is the fault around one subscription's chain.
+type lostAckHandler struct {
+	l    *loseAck
+	sub  string
+	next handler.Handler
+}
+
+func (h lostAckHandler) Handle(ctx context.Context, m *handler.Message) error {
+	l := h.l
+	err := h.next.Handle(ctx, m)
+	if err != nil || !l.pick(m) {
+		return err
+	}
+	l.mu.Lock()
+	k := h.sub + "/" + m.ID
+	first := !l.fired[k]
+	l.fired[k] = true
+	l.mu.Unlock()
+	if !first {
+		return nil
+	}
+	if l.onFire != nil {
+		l.onFire(h.sub, m)
+	}
+	return fmt.Errorf("%w: %s on %s", errLostAck, m.ID, h.sub)
+}
+
+// NeedsOrder forwards to the wrapped chain (handler.OrderNeeder).
+func (h lostAckHandler) NeedsOrder() bool { return handler.NeedsOrder(h.next) }
 
 // hasFired reports whether the fault has fired for m's ID on sub.
 func (l *loseAck) hasFired(sub, id string) bool {
