@@ -51,6 +51,11 @@ type service struct {
 	faults faults
 	tally  *tally
 	lost   *loseAck
+	// effect, when set, is told of each effect of email, fraud and
+	// analytics once it is done, and its error fails the handler: the
+	// tests' simulator (sim_test.go) records the effects there and injects
+	// its faults. The demo leaves it nil.
+	effect func(ctx context.Context, ledger, id string) error
 
 	inventory handler.Handler // inventory's whole chain, for the release
 	restocked atomic.Bool     // the fix: the poison order's SKU is back
@@ -81,6 +86,18 @@ func newShop() string {
 	return string(b)
 }
 
+// newService returns the service of a run of cfg, with its fault plan and
+// tally, before its store and transport are opened.
+func newService(cfg config, out io.Writer, logger *slog.Logger) *service {
+	s := &service{cfg: cfg, out: out, log: logger, faults: planFaults(cfg), tally: newTally(), stuck: make(chan struct{}, 1)}
+	s.lost = &loseAck{fired: map[string]bool{},
+		pick: func(m *handler.Message) bool { return s.faults.lostAck(orderOf(m.ID)) },
+		onFire: func(sub string, m *handler.Message) {
+			s.say(false, "fault:     %s: the ack of %s is lost; the broker will deliver it again", sub, m.ID)
+		}}
+	return s
+}
+
 // run opens the transport and the store, starts the consumers and the
 // relay, runs the checkout, injects the faults, waits until every handler
 // has done what it must, and shuts down.
@@ -94,12 +111,7 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 	if cfg.timeout <= 0 {
 		cfg.timeout = time.Minute
 	}
-	s := &service{cfg: cfg, out: out, log: logger, faults: planFaults(cfg), tally: newTally(), stuck: make(chan struct{}, 1)}
-	s.lost = &loseAck{fired: map[string]bool{},
-		pick: func(m *handler.Message) bool { return s.faults.lostAck(orderOf(m.ID)) },
-		onFire: func(sub string, m *handler.Message) {
-			s.say(false, "fault:     %s: the ack of %s is lost; the broker will deliver it again", sub, m.ID)
-		}}
+	s := newService(cfg, out, logger)
 	sum := &summary{faults: s.faults, orders: cfg.orders, replayed: -1, url: transport.RedactString(cfg.url)}
 
 	var err error
@@ -134,7 +146,9 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 	go func() { relayDone <- s.st.runRelay(relayCtx, s.t, logger) }()
 	defer func() { stopRelay(); <-relayDone }()
 
-	if err := s.buildInventory(); err != nil {
+	// inventory's chain is built once: it outlives a restart of inventory's
+	// Router, and the release replays through it.
+	if s.inventory, err = s.handlerFor("inventory"); err != nil {
 		return nil, err
 	}
 	inv, invDone, err := s.startInventory(ctx)
@@ -311,16 +325,42 @@ func (s *service) onDeadLetter(dlq string, m *handler.Message, err error) {
 	s.say(true, "fault:     %s's confirmation dead-lettered to %s: %v", orderName(orderOf(m.ID)), dlq, cause(err))
 }
 
-// buildInventory builds inventory's chain, once: it outlives a restart of
-// inventory's Router, and the release replays through it. It is the
-// Recommended stack with Parking and Deduplicate, outermost first:
+// handlerFor returns the whole handler of the consumer name ("inventory",
+// "email", "fraud" or "analytics"): its middleware stack around the
+// service's handler, dead letters published through s.t, dedupe records
+// and parked keys in s.st, and the lost-ack fault around the stack. run
+// builds each once; the simulator test (sim_test.go) builds them for each
+// simulated process, with the simulated broker as s.t.
+func (s *service) handlerFor(name string) (handler.Handler, error) {
+	switch name {
+	case "inventory":
+		return s.inventoryHandler()
+	case "email", "fraud":
+		return s.dedupedHandler(name)
+	case "analytics":
+		return s.analyticsHandler()
+	}
+	return nil, fmt.Errorf("order-service: no consumer %q", name)
+}
+
+// subscriptionOptions are the Router options of the consumer name:
+// inventory ordered per key, four keys at a time; the others unordered.
+func subscriptionOptions(name string) []ferry.SubscriptionOption {
+	if name == "inventory" {
+		return []ferry.SubscriptionOption{ferry.PerKey(), ferry.Concurrency(4)}
+	}
+	return []ferry.SubscriptionOption{ferry.Unordered()}
+}
+
+// inventoryHandler is inventory's chain: the Recommended stack with
+// Parking and Deduplicate, outermost first:
 //
 //	DeadLetter → Park(lot) → Dedupe(inbox) → Retry → Timeout → Recover → reserve
 //
 // so a key that fails for good is parked (its later messages wait behind
 // it, other keys flow), and the reservation commits in the same
 // transaction as the dedupe record where the store is PostgreSQL.
-func (s *service) buildInventory() error {
+func (s *service) inventoryHandler() (handler.Handler, error) {
 	opts := append(s.stackOptions(),
 		middleware.Parking(s.st.lot(), middleware.OnParked(func(ev middleware.ParkEvent) {
 			s.tally.add(func(c *counts) { c.Parked++ })
@@ -329,10 +369,9 @@ func (s *service) buildInventory() error {
 		middleware.Deduplicate(s.st.inbox(), middleware.OnDuplicate(s.onDuplicate), inProgressDelay))
 	stack, err := middleware.Recommended(s.t, opts...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s.inventory = s.lost.wrap("inventory", stack(handler.JSON(s.reserve)))
-	return nil
+	return s.lost.wrap("inventory", stack(handler.JSON(s.reserve))), nil
 }
 
 // startInventory runs inventory on its own Router, so that it can be
@@ -342,7 +381,7 @@ func (s *service) startInventory(ctx context.Context) (*ferry.Router, chan error
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := r.Add("inventory", s.t, s.tp.sub("inventory"), s.inventory, ferry.PerKey(), ferry.Concurrency(4)); err != nil {
+	if err := r.Add("inventory", s.t, s.tp.sub("inventory"), s.inventory, subscriptionOptions("inventory")...); err != nil {
 		return nil, nil, err
 	}
 	return startRouter(ctx, r)
@@ -425,53 +464,50 @@ func (s *service) reserve(ctx context.Context, m *handler.Message, o OrderPlaced
 
 // startOthers runs email, fraud and analytics on one Router, unordered.
 func (s *service) startOthers(ctx context.Context) (*ferry.Router, chan error, error) {
-	// email and fraud: the Recommended stack with Deduplicate (by lease),
-	//	DeadLetter → Dedupe(lease) → Retry → Timeout → Recover → handler
-	deduped := func(name string) (handler.Middleware, error) {
-		return middleware.Recommended(s.t, append(s.stackOptions(),
-			middleware.Deduplicate(s.st.leases(name), middleware.OnDuplicate(s.onDuplicate), inProgressDelay))...)
-	}
-	emailStack, err := deduped("email")
-	if err != nil {
-		return nil, nil, err
-	}
-	fraudStack, err := deduped("fraud")
-	if err != nil {
-		return nil, nil, err
-	}
-	// analytics: the Recommended stack alone; it counts distinct IDs.
-	analyticsStack, err := middleware.Recommended(s.t, s.stackOptions()...)
-	if err != nil {
-		return nil, nil, err
-	}
-	seen := map[string]bool{}
-	var seenMu sync.Mutex
-	analytics := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
-		seenMu.Lock()
-		defer seenMu.Unlock()
-		if !seen[m.ID] {
-			seen[m.ID] = true
-			s.tally.add(func(c *counts) { c.Analytics++ })
-		}
-		return nil
-	})
-
 	r, err := ferry.NewRouter(ferry.WithLogger(s.log), ferry.DrainTimeout(5*time.Second))
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := r.Add("email", s.t, s.tp.sub("email"), s.lost.wrap("email", emailStack(handler.JSON(s.email))), ferry.Unordered()); err != nil {
-		return nil, nil, err
-	}
-	// The in-handler filter stays in front even where the broker filters:
-	// it costs a map lookup and guards against a misconfigured binding.
-	if err := r.Add("fraud", s.t, s.tp.sub("fraud"), onlyHighValue(s.lost.wrap("fraud", fraudStack(handler.JSON(s.fraud)))), ferry.Unordered()); err != nil {
-		return nil, nil, err
-	}
-	if err := r.Add("analytics", s.t, s.tp.sub("analytics"), analyticsStack(analytics), ferry.Unordered()); err != nil {
-		return nil, nil, err
+	for _, name := range consumers[1:] {
+		h, err := s.handlerFor(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := r.Add(name, s.t, s.tp.sub(name), h, subscriptionOptions(name)...); err != nil {
+			return nil, nil, err
+		}
 	}
 	return startRouter(ctx, r)
+}
+
+// dedupedHandler is email's or fraud's chain: the Recommended stack with
+// Deduplicate (by lease),
+//
+//	DeadLetter → Dedupe(lease) → Retry → Timeout → Recover → handler
+//
+// and, for fraud, the filter in front. The in-handler filter stays in
+// front even where the broker filters: it costs a map lookup and guards
+// against a misconfigured binding.
+func (s *service) dedupedHandler(name string) (handler.Handler, error) {
+	stack, err := middleware.Recommended(s.t, append(s.stackOptions(),
+		middleware.Deduplicate(s.st.leases(name), middleware.OnDuplicate(s.onDuplicate), inProgressDelay))...)
+	if err != nil {
+		return nil, err
+	}
+	if name == "email" {
+		return s.lost.wrap("email", stack(handler.JSON(s.email))), nil
+	}
+	return onlyHighValue(s.lost.wrap("fraud", stack(handler.JSON(s.fraud)))), nil
+}
+
+// analyticsHandler is analytics' chain: the Recommended stack alone; it
+// counts distinct IDs.
+func (s *service) analyticsHandler() (handler.Handler, error) {
+	stack, err := middleware.Recommended(s.t, s.stackOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	return stack(handler.HandlerFunc(s.analytics)), nil
 }
 
 // cause returns the innermost error of err's chain: what the handler said,
@@ -503,7 +539,7 @@ func (s *service) email(ctx context.Context, m *handler.Message, o OrderPlaced) 
 	}
 	s.tally.add(func(c *counts) { c.Emails++ })
 	s.say(false, "email:     confirmation for %s sent to %s", o.OrderID, o.Email)
-	return nil
+	return s.did(ctx, "email", m.ID)
 }
 
 func (s *service) fraud(ctx context.Context, m *handler.Message, o OrderPlaced) error {
@@ -512,7 +548,27 @@ func (s *service) fraud(ctx context.Context, m *handler.Message, o OrderPlaced) 
 	}
 	s.tally.add(func(c *counts) { c.FraudChecks++ })
 	s.say(false, "fraud:     %s (%.2f %s) checked", o.OrderID, o.Total, o.Currency)
-	return nil
+	return s.did(ctx, "fraud-check", m.ID)
+}
+
+// analytics counts each distinct event once, however often it comes.
+func (s *service) analytics(ctx context.Context, m *handler.Message) error {
+	s.tally.mu.Lock()
+	if !s.tally.seen[m.ID] {
+		s.tally.seen[m.ID] = true
+		s.tally.c.Analytics++
+	}
+	s.tally.mu.Unlock()
+	return s.did(ctx, "analytics", m.ID)
+}
+
+// did tells s.effect, if set, of the handler's effect ledger on event id,
+// once it is done.
+func (s *service) did(ctx context.Context, ledger, id string) error {
+	if s.effect == nil {
+		return nil
+	}
+	return s.effect(ctx, ledger, id)
 }
 
 // replayAnalytics reads the topic's history again with a new group from the
