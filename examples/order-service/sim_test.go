@@ -2,57 +2,62 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/idempotency"
-	"github.com/ferrymq/ferry/middleware"
-	"github.com/ferrymq/ferry/store/memstore"
 	"github.com/ferrymq/ferry/transport"
 )
 
 // The order-service handlers under the simulated brokers of ferrytest: a
 // thousand seeds per profile, each a run of the checkout's events through
 // the four consumers, two processes each, with every fault the profile
-// allows. inventory must reserve each order exactly once (its dedupe is
-// transactional) or park it; email, fraud and analytics must lose
-// nothing (their dedupe is by lease, so a crash between an effect and
-// its dedupe record may repeat it: duplicates survivable, as the design
-// says).
+// allows. The handlers and their middleware stacks are the service's own
+// (handlerFor, subscriptionOptions); only the outside world is the
+// simulator's: it is the broker (the dead letters go to it), inventory's
+// reservation and the effects of email, fraud and analytics are reported
+// to it (simStore.reserve, service.effect), and inventory's dedupe is its
+// transactional inbox, as the PostgreSQL inbox is.
+//
+// inventory must reserve each order exactly once (its dedupe is
+// transactional) or park it; email, fraud and analytics must lose nothing
+// (their dedupe is by lease, so a crash between an effect and its dedupe
+// record may repeat it: duplicates survivable, as the design says).
 
-// simOrders is the number of orders a simulated run places.
-const simOrders = 12
+// simOrders is the number of orders a simulated run places; simShop is
+// its shop.
+const (
+	simOrders = 12
+	simShop   = "sim"
+)
 
-// simStore is the service's store under the simulator: inventory's dedupe
-// is a ferrytest.Inbox, whose transaction the reservation joins (as the
-// PostgreSQL inbox's does), and email's and fraud's are memstore lease
-// stores, as in the in-memory mode. With leaseInbox, inventory's dedupe is
-// a lease store too, as in the in-memory mode: the reservation and its
-// dedupe record are then not atomic.
+// simStore is the service's store under the simulator: the in-memory
+// mode's (lease stores for email and fraud, the parking lot), with the
+// checkout's events given to the simulator's producer, which publishes
+// them as the outbox relay does, and the reservation reported to the
+// simulator as an effect. inventory's dedupe is in (a ferrytest.Inbox,
+// whose transaction the reservation joins, as the PostgreSQL inbox's
+// does) or, with in nil, the in-memory mode's store: the reservation and
+// its dedupe record are then not atomic.
 type simStore struct {
-	sim        *ferrytest.Sim
-	in         *ferrytest.Inbox
-	lease      map[string]*memstore.Store
-	leaseInbox bool
+	*memStore
+	sim *ferrytest.Sim
+	in  *ferrytest.Inbox
 }
 
-func newSimStore(sim *ferrytest.Sim, leaseInbox bool) *simStore {
-	return &simStore{sim: sim, in: sim.NewInbox(), lease: map[string]*memstore.Store{}, leaseInbox: leaseInbox}
-}
+func (s *simStore) describe() string { return "the ferrytest simulator" }
 
-func (s *simStore) describe() string { return "storage: the ferrytest simulator" }
-
-func (s *simStore) checkout(context.Context, OrderPlaced, []*handler.Message) error {
-	return errors.New("simStore: the simulator's producer publishes")
+func (s *simStore) checkout(_ context.Context, _ OrderPlaced, events []*handler.Message) error {
+	s.sim.Input(events...)
+	return nil
 }
 
 func (s *simStore) runRelay(context.Context, transport.Publisher, *slog.Logger) error {
@@ -60,96 +65,86 @@ func (s *simStore) runRelay(context.Context, transport.Publisher, *slog.Logger) 
 }
 
 func (s *simStore) inbox() idempotency.Store {
-	if s.leaseInbox {
-		return s.leases("inventory")
+	if s.in == nil {
+		return s.memStore.inbox()
 	}
 	return s.in
 }
 
-func (s *simStore) leases(ns string) idempotency.Store {
-	if s.lease[ns] == nil {
-		s.lease[ns], _ = memstore.NewStore(memstore.Lease(time.Minute))
-	}
-	return s.lease[ns]
-}
-
-// reserve is the reservation: an effect in inventory's inbox transaction.
+// reserve is the reservation: an effect, in inventory's inbox transaction
+// where there is one.
 func (s *simStore) reserve(ctx context.Context, o OrderPlaced) error {
-	return s.sim.Effect(ctx, "reserve", "evt-"+o.OrderID)
+	return s.sim.Effect(ctx, "reserve", eventID(o))
 }
 
-func (s *simStore) reservations(context.Context) (int64, int64, error) { return 0, 0, nil }
-
-func (s *simStore) close() {}
-
-// simEvent is order n's OrderPlaced as the checkout writes it to the
-// outbox (see run), on topic.
-func simEvent(n int, poison bool, topic string) *handler.Message {
-	o := newOrder(n)
-	if poison {
-		o = poisonOrder(n)
-	}
-	body, err := json.Marshal(o)
+// newSimService is the service of a simulated run: the demo's orders and
+// fault plan, the simulator as its broker and its effects' recorder, and
+// a simStore with the transactional inbox (txInbox) or without. The
+// poison order stays; the example's other faults go, since the simulator
+// injects their like itself: its restart (a handler stuck until the run
+// loop closes inventory's Router) for the simulator's crashes, and its
+// lost acks for the simulator's Duplicate. A lost ack is an error after
+// the effect, and after a run of failures the Router's jittered backoff
+// for it exceeds the simulator's quantum, so that a seed would not replay
+// the same virtual time (TestSimulatedRunsReplay).
+func newSimService(sim *ferrytest.Sim, txInbox bool) (*service, error) {
+	s := newService(config{shop: simShop, orders: simOrders, faults: true}, io.Discard, slog.New(slog.DiscardHandler))
+	s.faults.restart = 0
+	s.lost.pick = func(*handler.Message) bool { return false }
+	ms, err := newMemStore(s.log)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
-	return &handler.Message{ID: "evt-" + o.OrderID, Key: o.OrderID, Topic: topic, Payload: body,
-		Headers: map[string]string{headerType: "OrderPlaced", "content-type": "application/json", headerBand: band(o.Total)}}
+	st := &simStore{memStore: ms, sim: sim}
+	if txInbox {
+		st.in = sim.NewInbox()
+	}
+	sim.ParkedIn(ms.lot())
+	s.st, s.t, s.effect = st, sim, sim.Effect
+	s.tp = topology{scheme: sim.Profile().Semantics.Transport, shop: simShop}
+	if s.tp.fanOut, err = declare(sim, s.tp); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
-// orderScenario is the service under the simulator: the checkout's
+// keepsOrder reports whether the profile keeps order on inventory's
+// subscription: where it does not, the Router refuses inventory
+// (TestInventoryNeedsOrder).
+func keepsOrder(p ferrytest.Profile, s *service) bool {
+	return p.For(s.tp.sub("inventory")).Semantics.Ordering.Keeps()
+}
+
+// orderScenario is the service under the simulator, with the
+// transactional inbox.
+func orderScenario(sim *ferrytest.Sim) { orderScenarioWith(sim, true) }
+
+// orderScenarioWith is the service under the simulator: the checkout's
 // events (one poison order, which inventory parks and email
-// dead-letters, and the -faults duplicates in the outbox), the four
-// consumers with the service's own handlers and middleware stacks, and
-// the invariants.
-func orderScenario(sim *ferrytest.Sim) { orderScenarioWith(sim, false) }
-
-func orderScenarioWith(sim *ferrytest.Sim, leaseInbox bool) {
-	p := sim.Profile()
-	scheme := p.Semantics.Transport
-	f := planFaults(config{orders: simOrders, faults: true})
-	s := &service{cfg: config{topic: "orders"}, out: nil, log: slog.New(slog.DiscardHandler), t: sim,
-		st: newSimStore(sim, leaseInbox), sum: &summary{}, scheme: scheme, stuck: make(chan struct{}, 1), seen: map[string]bool{}}
-	lot, err := memstore.NewLot(memstore.WithLogger(s.log))
+// dead-letters), the four consumers with the service's own handlers and
+// middleware stacks, and the invariants.
+func orderScenarioWith(sim *ferrytest.Sim, txInbox bool) {
+	s, err := newSimService(sim, txInbox)
 	if err != nil {
-		panic(err)
+		sim.Expect(ferrytest.Func("set-up", func(*ferrytest.Run) error { return err }))
+		return
 	}
-	sim.ParkedIn(lot)
-
-	// A broker without fan-out (a plain SQS queue) gives each message to
-	// one consumer: each consumer reads its own queue, which SNS fans out
-	// to. The producer then publishes each event to every queue.
-	topicOf := func(name string) string {
-		if p.Semantics.FanOut {
-			return s.cfg.topic
-		}
-		return s.cfg.topic + "." + name
+	names := consumers
+	if !keepsOrder(sim.Profile(), s) {
+		names = names[1:] // the Router refuses inventory here: TestInventoryNeedsOrder
 	}
-	consumers := []string{"inventory", "email", "fraud", "analytics"}
-	if !p.For(s.simSub("inventory", topicOf)).Semantics.Ordering.Keeps() {
-		consumers = consumers[1:] // the Router refuses inventory here: TestInventoryNeedsOrder
+	if err := s.checkout(context.Background()); err != nil {
+		sim.Expect(ferrytest.Func("checkout", func(*ferrytest.Run) error { return err }))
+		return
 	}
-	for n := 1; n <= simOrders; n++ {
-		for _, name := range consumers {
-			if !p.Semantics.FanOut || name == consumers[0] {
-				ev := simEvent(n, n == f.poison, topicOf(name))
-				sim.Input(ev)
-				if f.duplicate(n) {
-					sim.Input(ev) // the same event twice in the outbox
-				}
-			}
-		}
+	for _, name := range names {
+		sim.Consumer(name, s.tp.sub(name), func(*ferrytest.Process) (handler.Handler, error) {
+			return s.handlerFor(name)
+		}, subscriptionOptions(name)...)
 	}
 
-	for _, name := range consumers {
-		name := name
-		sim.Consumer(name, s.simSub(name, topicOf), func(proc *ferrytest.Process) (handler.Handler, error) {
-			return s.simHandler(sim, name, lot)
-		}, s.simOptions(name)...)
-	}
-
-	poison := "evt-" + newOrder(f.poison).OrderID
-	if consumers[0] == "inventory" {
+	poison := eventID(poisonOrder(simShop, s.faults.poison))
+	if names[0] == "inventory" {
 		sim.Expect(ferrytest.OneEffect("reserve"), ferrytest.NothingLost("reserve", "inventory", nil),
 			ferrytest.Func("inventory parks the poison order", func(r *ferrytest.Run) error {
 				if !slices.Contains(r.Parked["inventory"], poison) {
@@ -172,7 +167,7 @@ func orderScenarioWith(sim *ferrytest.Sim, leaseInbox bool) {
 			return fmt.Errorf("%s was not dead-lettered by email", poison)
 		}),
 		ferrytest.Func("analytics counts each order once", func(r *ferrytest.Run) error {
-			if got := s.sum.analytics.Load(); got != simOrders {
+			if got := s.tally.snapshot().Analytics; got != simOrders {
 				return fmt.Errorf("analytics counted %d distinct orders, want %d", got, simOrders)
 			}
 			return nil
@@ -180,86 +175,9 @@ func orderScenarioWith(sim *ferrytest.Sim, leaseInbox bool) {
 	)
 }
 
-// simSub is the subscription of consumer name, with the service's own
-// broker options for the profile's scheme (sub).
-func (s *service) simSub(name string, topicOf func(string) string) transport.Subscription {
-	sub := s.sub(name)
-	sub.Topic = topicOf(name)
-	return sub
-}
-
-// simOptions are the Router options the service gives each consumer.
-func (s *service) simOptions(name string) []ferry.SubscriptionOption {
-	if name == "inventory" {
-		return []ferry.SubscriptionOption{ferry.PerKey()}
-	}
-	if name == "analytics" {
-		return nil
-	}
-	return []ferry.SubscriptionOption{ferry.Unordered()}
-}
-
-// simHandler builds consumer name's chain for one process, as
-// startInventory and startOthers do, with the simulator as the DLQ's
-// publisher. The service's handlers are wrapped only to report their
-// effects: the email sent, the fraud check made, the event counted.
-func (s *service) simHandler(sim *ferrytest.Sim, name string, lot *memstore.Lot) (handler.Handler, error) {
-	dl, err := middleware.DeadLetter(s.t, s.dlq(name), middleware.OnDeadLetter(s.countDeadLetter))
-	if err != nil {
-		return nil, err
-	}
-	retry, err := middleware.Retry(retryOptions()...)
-	if err != nil {
-		return nil, err
-	}
-	switch name {
-	case "inventory":
-		park, err := middleware.Park(lot, middleware.OnParked(func(ev middleware.ParkEvent) { s.sum.parked.Add(1) }))
-		if err != nil {
-			return nil, err
-		}
-		dedupe, err := middleware.Dedupe(s.st.inbox(), middleware.OnDuplicate(s.countDuplicate), inProgressDelay)
-		if err != nil {
-			return nil, err
-		}
-		return handler.Chain(dl, park, dedupe, retry, middleware.Timeout(10*time.Second), middleware.Recover())(
-			handler.JSON(s.inventory)), nil
-	case "email", "fraud":
-		dedupe, err := middleware.Dedupe(s.st.leases(name), middleware.OnDuplicate(s.countDuplicate), inProgressDelay)
-		if err != nil {
-			return nil, err
-		}
-		chain := handler.Chain(dl, dedupe, retry, middleware.Timeout(10*time.Second), middleware.Recover())
-		if name == "email" {
-			return chain(handler.JSON(func(ctx context.Context, m *handler.Message, o OrderPlaced) error {
-				if err := s.email(ctx, m, o); err != nil {
-					return err
-				}
-				return sim.Effect(ctx, "email", m.ID)
-			})), nil
-		}
-		return onlyHighValue(chain(handler.JSON(func(ctx context.Context, m *handler.Message, o OrderPlaced) error {
-			if err := s.fraud(ctx, m, o); err != nil || o.Total <= FraudThreshold {
-				return err
-			}
-			return sim.Effect(ctx, "fraud-check", m.ID)
-		}))), nil
-	}
-	rec, err := middleware.Recommended(s.t, s.dlq("analytics"), middleware.MaxAttempts(3),
-		middleware.Backoff(10*time.Millisecond, 100*time.Millisecond))
-	if err != nil {
-		return nil, err
-	}
-	return rec(handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
-		if err := s.analytics(ctx, m); err != nil {
-			return err
-		}
-		return sim.Effect(ctx, "analytics", m.ID)
-	})), nil
-}
-
 // TestHandlersUnderSimulatedBrokers runs the scenario for 1,000 seeds on
-// every profile (100 with -short). go test -v prints the time each took.
+// every profile (100 with -short; FERRYTEST_SEEDS overrides both). go
+// test -v prints the time each took.
 func TestHandlersUnderSimulatedBrokers(t *testing.T) {
 	seeds := 1000
 	if testing.Short() {
@@ -272,14 +190,36 @@ func TestHandlersUnderSimulatedBrokers(t *testing.T) {
 	}
 }
 
-// TestInventoryNeedsTheInbox: with its dedupe by lease, as in the
-// in-memory mode, inventory reserves an order twice when its process
-// dies between the reservation and the dedupe record: what the
-// transactional inbox rules out. The simulator finds such a seed.
+// TestSimulatedRunsReplay: a failing seed's report is only useful if the
+// seed replays the same run, so the service's handlers must be as
+// deterministic as the simulator (no decision by map order, no goroutines
+// of their own): each seed, run twice, gives the same trace.
+func TestSimulatedRunsReplay(t *testing.T) {
+	seeds := uint64(50)
+	if testing.Short() {
+		seeds = 10
+	}
+	for _, name := range []string{"kafka", "sqs", "mqtt"} {
+		p := ferrytest.Like(name)
+		for seed := uint64(1); seed <= seeds; seed++ {
+			a := ferrytest.Replay(t, p, seed, orderScenario)
+			b := ferrytest.Replay(t, p, seed, orderScenario)
+			if a.Fingerprint() != b.Fingerprint() || a.Elapsed != b.Elapsed || (a.Violation == nil) != (b.Violation == nil) {
+				t.Fatalf("%s seed %d ran two ways: %d and %d events in %s and %s, violations %v and %v (hazards %v)",
+					name, seed, len(a.Trace), len(b.Trace), a.Elapsed, b.Elapsed, a.Violation, b.Violation, a.Hazards)
+			}
+		}
+	}
+}
+
+// TestInventoryNeedsTheInbox: with the in-memory mode's dedupe, inventory
+// reserves an order twice when its process dies between the reservation
+// and the dedupe record: what the transactional inbox rules out. The
+// simulator finds such a seed.
 func TestInventoryNeedsTheInbox(t *testing.T) {
-	f := ferrytest.Find(t, ferrytest.Like("kafka"), func(sim *ferrytest.Sim) { orderScenarioWith(sim, true) }, ferrytest.Seeds(1000))
+	f := ferrytest.Find(t, ferrytest.Like("kafka"), func(sim *ferrytest.Sim) { orderScenarioWith(sim, false) }, ferrytest.Seeds(1000))
 	if f == nil {
-		t.Fatal("no seed of 1,000 reserved an order twice with dedupe by lease")
+		t.Fatal("no seed of 1,000 reserved an order twice without the transactional inbox")
 	}
 	if v := f.Run.Violation; v.Invariant != "OneEffect(reserve)" {
 		t.Fatalf("seed %d broke %v, want OneEffect(reserve)", f.Seed, v)
@@ -294,32 +234,60 @@ func TestInventoryNeedsTheInbox(t *testing.T) {
 	t.Logf("seed %d:\n%s", f.Seed, f.Error())
 }
 
-// TestInventoryNeedsOrder: where the broker keeps no order (an SQS
-// standard queue), the Router refuses inventory, whose parking needs
-// per-key order, at Add: the scenario leaves it out there.
+// TestInventoryNeedsOrder: inventory's chain, as the service builds it,
+// tells the Router that it parks keys (handler.NeedsOrder, through the
+// lost-ack fault's wrapper), so where the broker keeps no order (an SQS
+// standard queue, competing RabbitMQ consumers, a shared Redis or NATS
+// group) the Router refuses it at Add, with the service's options or
+// without any, and the scenario leaves inventory out; where it keeps
+// order, Add takes it.
 func TestInventoryNeedsOrder(t *testing.T) {
-	p := ferrytest.Like("sqs")
-	s := &service{cfg: config{topic: "orders"}, sum: &summary{}, scheme: p.Semantics.Transport, st: &simStore{lease: map[string]*memstore.Store{}}}
-	lot, _ := memstore.NewLot()
-	park, err := middleware.Park(lot)
-	if err != nil {
-		t.Fatal(err)
+	refused := 0
+	for _, p := range ferrytest.Profiles() {
+		s := newService(config{shop: simShop, orders: simOrders, faults: true}, io.Discard, quiet())
+		var err error
+		if s.st, err = newMemStore(s.log); err != nil {
+			t.Fatal(err)
+		}
+		s.tp = topology{scheme: p.Semantics.Transport, shop: simShop, fanOut: p.Semantics.FanOut}
+		sub := s.tp.sub("inventory")
+		s.t = declarer{p.For(sub).Semantics}
+		h, err := s.handlerFor("inventory")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !handler.NeedsOrder(h) {
+			t.Fatal("inventory's chain does not say that it needs per-key order")
+		}
+		for _, opts := range [][]ferry.SubscriptionOption{subscriptionOptions("inventory"), nil} {
+			r, err := ferry.NewRouter(ferry.WithLogger(s.log))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = r.Add("inventory", s.t, sub, h, opts...)
+			switch {
+			case keepsOrder(p, s) && err != nil:
+				t.Errorf("%s keeps order, yet Add(inventory, %d options) = %v", p.Name, len(opts), err)
+			case !keepsOrder(p, s) && (!errors.Is(err, ferry.ErrInvalidOption) || !strings.Contains(err.Error(), "keeps no order")):
+				t.Errorf("Add(inventory, %d options) on %s = %v, want a refusal for want of order", len(opts), p.Name, err)
+			case !keepsOrder(p, s):
+				refused++
+			}
+		}
 	}
-	r, err := ferry.NewRouter()
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = r.Add("inventory", declarer{p.Semantics}, s.sub("inventory"), park(handler.JSON(s.inventory)), ferry.PerKey())
-	if !errors.Is(err, ferry.ErrInvalidOption) || !strings.Contains(err.Error(), "keeps no order") {
-		t.Fatalf("Add(inventory) on %s = %v, want a refusal for want of order", p.Name, err)
+	if refused == 0 || !slices.ContainsFunc(ferrytest.Profiles(), func(p ferrytest.Profile) bool { return p.Name == "sqs" }) {
+		t.Fatalf("no profile without order (sqs among them): %d refused", refused)
 	}
 }
 
-// declarer is a subscriber that only declares sem.
+// declarer is a transport that only declares sem.
 type declarer struct{ sem transport.Semantics }
 
 func (d declarer) Declare(transport.Subscription) (transport.Semantics, error) { return d.sem, nil }
 func (declarer) Subscribe(context.Context, transport.Subscription) (transport.Stream, error) {
 	return nil, errors.New("declarer: no stream")
+}
+func (declarer) Publish(context.Context, *handler.Message) error {
+	return errors.New("declarer: no broker")
 }
 func (declarer) Close(context.Context) error { return nil }
