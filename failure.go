@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -33,8 +34,8 @@ const (
 )
 
 // failed applies the failure policy to d, whose chain returned err, and logs
-// the failed attempt once.
-func (s *subscription) failed(w *worker, d transport.Delivery, m *handler.Message, err error) outcome {
+// the failed attempt once. call is the attempt's telemetry, nil without.
+func (s *subscription) failed(w *worker, d transport.Delivery, m *handler.Message, err error, call *telemetry.Call) outcome {
 	if s.abandoned.Load() {
 		s.leftAfterAbandon(m, err) // the deadline cancelled it, most likely
 		return left
@@ -47,14 +48,14 @@ func (s *subscription) failed(w *worker, d transport.Delivery, m *handler.Messag
 	}
 	switch {
 	case s.inProcess || s.nackUnsupported.Load():
-		s.logFailure(m, attempt, err, delay, retryInProcess)
+		s.logFailure(m, attempt, err, delay, retryInProcess, call)
 		return s.retryInProcess(w, m, delay)
 	case s.semantics.NackDelay:
 		o, how := s.nack(w, d, m, err, delay)
 		if o == left {
 			return left
 		}
-		s.logFailure(m, attempt, err, delay, how)
+		s.logFailure(m, attempt, err, delay, how, call)
 		if how == retryInProcess {
 			return s.retryInProcess(w, m, delay)
 		}
@@ -63,7 +64,7 @@ func (s *subscription) failed(w *worker, d transport.Delivery, m *handler.Messag
 		// The broker would redeliver at once: hold the delay here, the
 		// key busy, then hand the message back. At shutdown, hand it back
 		// at once.
-		s.logFailure(m, attempt, err, delay, retryHold)
+		s.logFailure(m, attempt, err, delay, retryHold, call)
 		if !s.delay(w, delay, true) {
 			return left
 		}
@@ -172,8 +173,12 @@ func (p *policy) backoff(attempt int, permanent bool) time.Duration {
 }
 
 // logFailure logs one failed attempt: never the payload, never header
-// values.
-func (s *subscription) logFailure(m *handler.Message, attempt int, err error, delay time.Duration, how string) {
+// values. With telemetry it also adds the retry to the call's span and
+// counts it, and the line carries the span's trace_id and span_id.
+func (s *subscription) logFailure(m *handler.Message, attempt int, err error, delay time.Duration, how string, call *telemetry.Call) {
+	if call != nil {
+		call.Retry(delay, how)
+	}
 	level, msg := slog.LevelWarn, "ferry: handler failed; the message will be tried again after the delay"
 	if handler.IsPermanent(err) {
 		level, msg = slog.LevelError, "ferry: handler failed permanently and no middleware dead-lettered the message; it will be tried again after the delay"
@@ -193,6 +198,7 @@ func (s *subscription) logFailure(m *handler.Message, attempt int, err error, de
 		slog.Duration("delay", delay),
 		slog.String("retry", how),
 	}
+	attrs = appendTrace(attrs, call)
 	var pe *handler.PanicError
 	if errors.As(err, &pe) && len(pe.Stack) > 0 {
 		attrs = append(attrs, slog.String("stack", string(pe.Stack)))
@@ -200,11 +206,23 @@ func (s *subscription) logFailure(m *handler.Message, attempt int, err error, de
 	s.log.LogAttrs(ctx, level, msg, attrs...)
 }
 
+// appendTrace appends the trace_id and span_id of call's span, if it has
+// a valid one, so that a log line leads to its trace.
+func appendTrace(attrs []slog.Attr, call *telemetry.Call) []slog.Attr {
+	if call == nil {
+		return attrs
+	}
+	if sc := call.SpanContext(); sc.IsValid() {
+		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return attrs
+}
+
 // leftAfterAbandon logs a call that returned after the shutdown abandoned
 // its message: the message is left unsettled, for the broker to redeliver.
 func (s *subscription) leftAfterAbandon(m *handler.Message, err error) {
 	s.log.Info("ferry: handler returned after the shutdown abandoned its message; left unsettled for redelivery",
-		"id", m.ID, "key", m.Key, "class", handler.Class(err))
+		"group", s.spec.Group, "topic", m.Topic, "id", m.ID, "key", m.Key, "attempt", m.Attempt(), "class", handler.Class(err))
 }
 
 // failCounts counts failed attempts per message ID, for streams that do not

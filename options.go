@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/ferrymq/ferry/telemetry"
 )
 
 // An Option configures a Router. Options are made by the functions in this
@@ -29,6 +31,9 @@ const (
 	DefaultBackoffInitial = 100 * time.Millisecond
 	// DefaultBackoffMax caps the delay; a permanent error waits this long.
 	DefaultBackoffMax = 30 * time.Second
+	// DefaultLagInterval is how often a Router with telemetry polls each
+	// subscription's lag and DLQ; see [LagInterval].
+	DefaultLagInterval = 15 * time.Second
 	// DefaultStuckAfter is how long a handler call may run before the
 	// Router reports it as stuck: twice the longest call the default
 	// middleware stack makes (middleware.Recommended bounds the in-process
@@ -41,6 +46,10 @@ type routerConfig struct {
 	logger       *slog.Logger
 	drainTimeout time.Duration
 	policy       policy // the default of every subscription
+	tel          *telemetry.Telemetry
+	telSet       bool // WithTelemetry was given (nil is an error)
+	lagInterval  time.Duration
+	lagSet       bool
 }
 
 type subConfig struct {
@@ -48,6 +57,8 @@ type subConfig struct {
 	maxInFlight int
 	ordering    ordering
 	policy      policy
+	dlq         string
+	dlqSet      bool
 }
 
 // policy is what the Router does about failing and stuck calls, per
@@ -86,6 +97,51 @@ func (o policyOption) applySubscription(c *subConfig) { o(&c.policy) }
 // header values.
 func WithLogger(l *slog.Logger) Option {
 	return routerOption(func(c *routerConfig) { c.logger = l })
+}
+
+// WithTelemetry instruments the Router with t (package telemetry): a
+// "process <topic>" span per handler call, child of the trace context the
+// message carries in its headers; the consumer metrics (received, settled
+// by outcome, handler errors and duration, time in queue) and gauges
+// (in-flight, delayed, running and stuck calls, per-key backlog, consumer
+// lag per partition, DLQ depth), listed with their labels in
+// docs/observability.md. It also makes the Router poll its subscriptions'
+// lag every [DefaultLagInterval] unless [LagInterval] says otherwise.
+//
+// Without it the Router makes no span and records no metric: the message
+// path pays one nil check per call.
+func WithTelemetry(t *telemetry.Telemetry) Option {
+	return routerOption(func(c *routerConfig) { c.tel, c.telSet = t, true })
+}
+
+// LagInterval sets how often the Router asks each subscription's transport
+// for its lag ([transport.LagReporter]) and counts its DLQ, for
+// [Router.Lag] and the lag gauges. The default
+// is [DefaultLagInterval] (15s) with [WithTelemetry] and no polling
+// without it; 0 turns polling off. The first poll happens when Run has
+// opened every subscription. Each poll of a subscription is bounded by the
+// interval and by 10 seconds.
+//
+// A poll costs what the transport's Lag costs (Kafka: a metadata refresh,
+// the group's committed offsets, two offset requests and one record read
+// per lagging partition; Redis: XINFO GROUPS and an XPENDING or XRANGE per
+// stream; RabbitMQ: a passive queue.declare per queue; SQS: one
+// GetQueueAttributes). The DLQ is counted, up to 1000 messages, only on a
+// stream that declares Replay (a log: memory, Kafka, Redis Streams),
+// where listing reads without consuming; on queue brokers (RabbitMQ, SQS,
+// MQTT) listing takes the messages and puts them back, so the Router
+// leaves it to the broker's own queue-depth metric.
+func LagInterval(d time.Duration) Option {
+	return routerOption(func(c *routerConfig) { c.lagInterval, c.lagSet = d, true })
+}
+
+// DLQ names the subscription's DLQ, overriding the transport's rule
+// ([transport.DLQName]: the group's name plus ".dlq" on most). The Router
+// passes it to middleware in [transport.StreamInfo], so dead-letter
+// middleware without a DLQ option of its own publishes there, and it is
+// the DLQ the Router counts for [SubscriptionLag].DLQMessages.
+func DLQ(name string) SubscriptionOption {
+	return subOption(func(c *subConfig) { c.dlq, c.dlqSet = name, true })
 }
 
 // DrainTimeout bounds the drain when Run's context is cancelled: in-flight
@@ -177,6 +233,15 @@ func (c *routerConfig) validate() error {
 	if c.drainTimeout <= 0 {
 		return fmt.Errorf("%w: DrainTimeout(%s) must be positive", ErrInvalidOption, c.drainTimeout)
 	}
+	if c.telSet && c.tel == nil {
+		return fmt.Errorf("%w: WithTelemetry(nil)", ErrInvalidOption)
+	}
+	if c.lagInterval < 0 {
+		return fmt.Errorf("%w: LagInterval(%s) must not be negative", ErrInvalidOption, c.lagInterval)
+	}
+	if !c.lagSet && c.tel != nil {
+		c.lagInterval = DefaultLagInterval
+	}
 	return c.policy.validate()
 }
 
@@ -186,6 +251,9 @@ func (c *subConfig) validate() error {
 	}
 	if c.maxInFlight < c.concurrency {
 		return fmt.Errorf("%w: MaxInFlight(%d) must be at least Concurrency(%d)", ErrInvalidOption, c.maxInFlight, c.concurrency)
+	}
+	if c.dlqSet && c.dlq == "" {
+		return fmt.Errorf("%w: DLQ(\"\"): name a DLQ, or leave the option out for the transport's", ErrInvalidOption)
 	}
 	return c.policy.validate()
 }

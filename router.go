@@ -244,7 +244,15 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 	}
 	for _, s := range subs {
-		s.start(intakeCtx, handlerCtx)
+		s.start(intakeCtx, handlerCtx, r.cfg.tel)
+	}
+	var polling sync.WaitGroup
+	if r.cfg.lagInterval > 0 {
+		polling.Add(1)
+		go func() {
+			defer polling.Done()
+			r.pollLag(intakeCtx, subs, r.cfg.lagInterval)
+		}()
 	}
 	close(r.ready)
 
@@ -262,6 +270,7 @@ func (r *Router) Run(ctx context.Context) error {
 
 	stopIntake()
 	err := r.drain(drainCtx, subs, cancelHandlers)
+	polling.Wait()
 	r.finish(err)
 	return err
 }
@@ -307,6 +316,9 @@ func (r *Router) drain(ctx context.Context, subs []*subscription, cancelHandlers
 			errs = append(errs, fmt.Errorf("ferry: close %q: %w", s.name, err))
 		}
 		close(s.done) // ends the stuck watch
+		if s.stopGauges != nil {
+			s.stopGauges()
+		}
 	}
 	if abandoned != nil {
 		r.cfg.logger.Warn("ferry: shutdown abandoned messages", "count", abandoned.Count)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -48,6 +49,15 @@ type subscription struct {
 	semantics  transport.Semantics
 	perKey     bool
 	handlerCtx context.Context // the Router's handler context plus Semantics
+	dlq        string          // the DLQ named in StreamInfo
+
+	// tel instruments the subscription; nil without telemetry, and then
+	// the message path makes no span and records nothing. stopGauges
+	// unregisters its gauges.
+	tel        *telemetry.Consumer
+	stopGauges func()
+	// lag is the last poll of the transport's lag and the DLQ (lag.go).
+	lag lagState
 
 	// inFlight counts the deliveries held unsettled; intake waits on
 	// room while it is at cfg.maxInFlight. Workers signal room only when
@@ -82,11 +92,20 @@ type subscription struct {
 
 	// The stuck watch (stuck.go): one observation per worker, guarded by
 	// stuckMu; started is set once the workers exist; done ends the watch
-	// when Run returns.
-	stuckMu sync.Mutex
-	obs     []observation
-	started atomic.Bool
-	done    chan struct{}
+	// when Run returns. It also notes, for liveness (health.go), when the
+	// workers' progress counts last moved.
+	stuckMu      sync.Mutex
+	obs          []observation
+	started      atomic.Bool
+	done         chan struct{}
+	progressSeen uint64    // the sum of the workers' progress at the last look
+	progressAt   time.Time // when it last changed
+
+	// Liveness (health.go): intakeLost is set when the stream failed under
+	// the Router and intake ended while it runs; waitingRoom while the
+	// intake waits for an in-flight slot.
+	intakeLost  atomic.Bool
+	waitingRoom atomic.Bool
 
 	// Inline handling at the intake (see the type's doc). handleNanos is
 	// the moving average of process's duration. inlineSince is the start
@@ -142,7 +161,11 @@ type worker struct {
 	// is set while the worker holds cur for a retry delay instead.
 	watched atomic.Bool
 	waiting atomic.Bool
-	_       [16]byte
+	// progress counts the deliveries this worker received and settled,
+	// for liveness: the stuck watch sums it to see whether the
+	// subscription still moves.
+	progress atomic.Uint64
+	_        [8]byte
 }
 
 func (s *subscription) open(ctx context.Context) error {
@@ -161,13 +184,18 @@ func (s *subscription) open(ctx context.Context) error {
 	return nil
 }
 
-func (s *subscription) start(intakeCtx, handlerCtx context.Context) {
+func (s *subscription) start(intakeCtx, handlerCtx context.Context, tel *telemetry.Telemetry) {
+	s.dlq = s.cfg.dlq
+	if s.dlq == "" {
+		s.dlq = transport.DLQName(s.subscriber, s.spec)
+	}
 	s.handlerCtx = transport.ContextWithStream(handlerCtx, &transport.StreamInfo{
 		Name:         s.name,
 		Subscription: s.spec,
 		Semantics:    s.semantics,
-		DLQ:          transport.DLQName(s.subscriber, s.spec),
+		DLQ:          s.dlq,
 	})
+	s.lag.dlqMessages = -1
 	s.room = make(chan struct{}, 1)
 	s.intakeCtx = intakeCtx
 	s.seed = maphash.MakeSeed()
@@ -186,6 +214,13 @@ func (s *subscription) start(intakeCtx, handlerCtx context.Context) {
 		w := &s.workers[i]
 		w.ctx, w.cancel = context.WithCancel(s.handlerCtx)
 		go s.work(w)
+	}
+	s.progressAt = time.Now()
+	if tel != nil {
+		s.tel = tel.Consumer(telemetry.ConsumerInfo{
+			Subscription: s.name, Group: s.spec.Group, Topic: s.spec.Topic, Transport: s.semantics.Transport,
+		})
+		s.stopGauges = s.tel.Observe(s.consumerState)
 	}
 	s.started.Store(true)
 	go s.watch()
@@ -227,6 +262,7 @@ func (s *subscription) receive(w *worker) (d transport.Delivery, more bool) {
 			}
 			if errors.Is(err, transport.ErrClosed) {
 				s.log.Error("ferry: stream closed under the router", "err", err)
+				s.intakeLost.Store(true)
 				s.stopped = true
 				break
 			}
@@ -241,6 +277,7 @@ func (s *subscription) receive(w *worker) (d transport.Delivery, more bool) {
 			continue
 		}
 		s.backoff = 0
+		w.progress.Add(1)
 		if s.perKey {
 			if key := d.Message().Key; key != "" && s.enqueueIfBusy(key, d) {
 				continue
@@ -424,6 +461,10 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 	f.Group = s.spec.Group
 	m.SetFacts(f)
 	w.cur.Store(m)
+	tel := s.tel
+	if tel != nil {
+		tel.Received(m, time.Now())
+	}
 	for {
 		if s.abandoned.Load() {
 			return
@@ -431,22 +472,48 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 		if w.watched.Load() {
 			w.watched.Store(false) // a new call: the stuck watch starts over
 		}
-		err := s.call(w.ctx, m)
+		var call *telemetry.Call
+		var err error
+		if tel == nil {
+			err = s.call(w.ctx, m)
+		} else {
+			call = tel.Start(w.ctx, m, time.Now())
+			err = s.call(call, m)
+		}
 		if err == nil {
 			if !w.cur.CompareAndSwap(m, nil) {
 				s.leftAfterAbandon(m, nil)
+				if call != nil {
+					call.End(nil, telemetry.OutcomeNone, time.Now())
+				}
 				return
+			}
+			if call != nil {
+				call.End(nil, telemetry.OutcomeAck, time.Now())
 			}
 			if aerr := d.Ack(w.ctx); aerr != nil {
 				s.log.Warn("ferry: ack failed; the message will be redelivered", "id", m.ID, "err", aerr)
 			}
+			w.progress.Add(1)
 			break
 		}
-		o := s.failed(w, d, m, err)
+		var ended time.Time
+		if call != nil {
+			ended = time.Now()
+		}
+		o := s.failed(w, d, m, err, call)
+		if call != nil {
+			outcome := telemetry.OutcomeNone
+			if o == settled {
+				outcome = telemetry.OutcomeNack
+			}
+			call.End(err, outcome, ended)
+		}
 		if o == left {
 			return
 		}
 		if o == settled {
+			w.progress.Add(1)
 			break
 		}
 		// retried: call again, in process
@@ -458,6 +525,10 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 // reports false when ctx ended first. Only the intake loop calls it.
 func (s *subscription) acquire(ctx context.Context) bool {
 	limit := int64(s.cfg.maxInFlight)
+	if s.inFlight.Load() >= limit {
+		s.waitingRoom.Store(true)
+		defer s.waitingRoom.Store(false)
+	}
 	for s.inFlight.Load() >= limit {
 		select {
 		case <-s.room:
@@ -490,15 +561,21 @@ func (s *subscription) call(ctx context.Context, m *handler.Message) (err error)
 	return s.handler.Handle(ctx, m)
 }
 
-// abandon stops the subscription's workers from settling anything more, and
-// reports how many deliveries were held unsettled and up to 100 of their IDs.
+// abandon stops the subscription's workers from settling anything more,
+// logs each delivery held unsettled (one line per message: running, or
+// waiting behind its key), and reports how many there were and up to 100
+// of their IDs.
 func (s *subscription) abandon() (int, []string) {
 	s.abandoned.Store(true)
 	var ids []string
-	add := func(d transport.Delivery) {
-		if d != nil && len(ids) < 100 {
-			ids = append(ids, d.Message().ID)
+	logged := 0
+	note := func(m *handler.Message, state string) {
+		if len(ids) < 100 {
+			ids = append(ids, m.ID)
 		}
+		logged++
+		s.log.Warn("ferry: shutdown abandoned the message; not acked, the broker redelivers it",
+			"group", s.spec.Group, "topic", m.Topic, "id", m.ID, "key", m.Key, "attempt", m.Attempt(), "state", state)
 	}
 	for i := range s.workers {
 		w := &s.workers[i]
@@ -508,9 +585,7 @@ func (s *subscription) abandon() (int, []string) {
 				break
 			}
 			if w.cur.CompareAndSwap(m, &s.gone) { // the worker will not settle it
-				if len(ids) < 100 {
-					ids = append(ids, m.ID)
-				}
+				note(m, "running")
 				break
 			}
 		}
@@ -521,11 +596,17 @@ func (s *subscription) abandon() (int, []string) {
 		for _, q := range sh.busy {
 			if q != nil {
 				for _, d := range q.items[q.head:] {
-					add(d)
+					if d != nil {
+						note(d.Message(), "queued")
+					}
 				}
 			}
 		}
 		sh.mu.Unlock()
 	}
-	return int(s.inFlight.Load()), ids
+	n := int(s.inFlight.Load())
+	if s.tel != nil {
+		s.tel.Abandoned(logged)
+	}
+	return n, ids
 }

@@ -1,0 +1,139 @@
+package telemetry
+
+import (
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// The instruments' names. The OpenTelemetry Prometheus exporter turns each
+// into the name in the comment (dots become underscores, the unit "s"
+// adds _seconds, a counter adds _total); docs/observability.md lists them
+// with their labels.
+const (
+	nameReceived      = "ferry.messages.received"        // ferry_messages_received_total
+	nameSettled       = "ferry.messages.settled"         // ferry_messages_settled_total
+	nameAbandoned     = "ferry.messages.abandoned"       // ferry_messages_abandoned_total
+	nameErrors        = "ferry.handler.errors"           // ferry_handler_errors_total
+	nameRetries       = "ferry.handler.retries"          // ferry_handler_retries_total
+	nameHandlerDur    = "ferry.handler.duration"         // ferry_handler_duration_seconds
+	nameQueueTime     = "ferry.queue.time"               // ferry_queue_time_seconds
+	nameInFlight      = "ferry.messages.in_flight"       // ferry_messages_in_flight
+	nameDelayed       = "ferry.messages.delayed"         // ferry_messages_delayed
+	nameRunning       = "ferry.handler.calls.running"    // ferry_handler_calls_running
+	nameStuck         = "ferry.handler.calls.stuck"      // ferry_handler_calls_stuck
+	nameBacklog       = "ferry.key.backlog.messages"     // ferry_key_backlog_messages
+	nameBacklogMax    = "ferry.key.backlog.max.messages" // ferry_key_backlog_max_messages
+	nameLagMessages   = "ferry.consumer.lag.messages"    // ferry_consumer_lag_messages
+	nameLagSeconds    = "ferry.consumer.lag"             // ferry_consumer_lag_seconds
+	nameDLQ           = "ferry.dlq.messages"             // ferry_dlq_messages
+	nameParkedKeys    = "ferry.parked.keys"              // ferry_parked_keys
+	nameParkedAge     = "ferry.parked.oldest.age"        // ferry_parked_oldest_age_seconds
+	namePublished     = "ferry.messages.published"       // ferry_messages_published_total
+	namePublishDur    = "ferry.publish.duration"         // ferry_publish_duration_seconds
+	nameOutboxPending = "ferry.outbox.pending.messages"  // ferry_outbox_pending_messages
+	nameOutboxFailing = "ferry.outbox.failing.messages"  // ferry_outbox_failing_messages
+	nameOutboxLag     = "ferry.outbox.lag"               // ferry_outbox_lag_seconds
+	nameOutboxPub     = "ferry.outbox.published"         // ferry_outbox_published_total
+	nameOutboxErrors  = "ferry.outbox.publish.errors"    // ferry_outbox_publish_errors_total
+	nameOutboxDelay   = "ferry.outbox.relay.delay"       // ferry_outbox_relay_delay_seconds
+)
+
+// The metric labels. No label ever holds a message ID or key: each has a
+// bounded set of values, fixed by the program's configuration.
+const (
+	labelSubscription = "subscription" // the name given to Router.Add
+	labelGroup        = "group"        // the consumer group
+	labelTopic        = "topic"        // the subscription's topic (filter), or the published topic
+	labelTransport    = "transport"    // the transport's scheme
+	labelOutcome      = "outcome"      // see Outcome; for publishes ok, error, unknown
+	labelClass        = "class"        // handler.Class of the error ("ok" for none)
+	labelPartition    = "partition"    // partition, shard or queue of a lag entry
+	labelDLQ          = "dlq"          // the DLQ's name
+	labelTable        = "table"        // the outbox table
+	labelRetry        = "retry"        // how a retry happens: in-process, broker, hold, redeliver
+)
+
+// Bucket boundaries, in seconds.
+var (
+	// handler calls and publishes: 100µs to 1 minute.
+	durationBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+		0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	// time in queue and in the outbox: 1ms to 1 hour.
+	queueBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+		10, 30, 60, 300, 900, 3600}
+)
+
+type instruments struct {
+	received, settled, abandoned, errors, retries metric.Int64Counter
+	handlerDur, queueTime                         metric.Float64Histogram
+	published                                     metric.Int64Counter
+	publishDur                                    metric.Float64Histogram
+	outboxPub, outboxErrors                       metric.Int64Counter
+	outboxDelay                                   metric.Float64Histogram
+
+	inFlight, delayed, running, stuck, backlog, backlogMax metric.Int64ObservableGauge
+	lagMessages, dlq, parkedKeys                           metric.Int64ObservableGauge
+	lagSeconds, parkedAge                                  metric.Float64ObservableGauge
+	outboxPending, outboxFailing                           metric.Int64ObservableGauge
+	outboxLag                                              metric.Float64ObservableGauge
+}
+
+func (in *instruments) init(m metric.Meter) error {
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	hist := func(name, desc string, buckets []float64) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(buckets...))
+		errs = append(errs, err)
+		return h
+	}
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	fgauge := func(name, desc string) metric.Float64ObservableGauge {
+		g, err := m.Float64ObservableGauge(name, metric.WithUnit("s"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	in.received = counter(nameReceived, "{message}", "Deliveries received by a subscription (a broker's redelivery counts again).")
+	in.settled = counter(nameSettled, "{message}", "Deliveries settled, by outcome: ack, nack, dead_letter, parked, duplicate.")
+	in.abandoned = counter(nameAbandoned, "{message}", "Deliveries left unsettled by a shutdown's drain deadline, for the broker to redeliver.")
+	in.errors = counter(nameErrors, "{error}", "Failed handler attempts, by error class.")
+	in.retries = counter(nameRetries, "{retry}", "Retries scheduled after a failed attempt, by how they happen.")
+	in.handlerDur = hist(nameHandlerDur, "Duration of one handler call by the Router (the whole chain), by error class.", durationBuckets)
+	in.queueTime = hist(nameQueueTime, "Time from the broker accepting a message to its first handler call.", queueBuckets)
+	in.published = counter(namePublished, "{message}", "Messages published, by outcome: ok, error, unknown (the broker may have it).")
+	in.publishDur = hist(namePublishDur, "Duration of one publish, until the broker confirmed it.", durationBuckets)
+	in.outboxPub = counter(nameOutboxPub, "{message}", "Outbox rows published and marked by this process's relays.")
+	in.outboxErrors = counter(nameOutboxErrors, "{error}", "Failed publishes of outbox rows by this process's relays.")
+	in.outboxDelay = hist(nameOutboxDelay, "Time from an outbox row's insert to its publish being confirmed.", queueBuckets)
+
+	in.inFlight = gauge(nameInFlight, "{message}", "Deliveries held unsettled by a subscription (running, waiting behind their key, or held for a retry delay).")
+	in.delayed = gauge(nameDelayed, "{message}", "Deliveries the Router holds in process for a retry delay.")
+	in.running = gauge(nameRunning, "{call}", "Handler calls running now.")
+	in.stuck = gauge(nameStuck, "{call}", "Handler calls running longer than the Router's StuckAfter; each stalls its key.")
+	in.backlog = gauge(nameBacklog, "{message}", "Deliveries waiting behind a busy key (per-key order).")
+	in.backlogMax = gauge(nameBacklogMax, "{message}", "The longest wait list of any one key.")
+	in.lagMessages = gauge(nameLagMessages, "{message}", "Messages of the group's partition not yet consumed (or not yet acked), from the transport's LagReporter.")
+	in.lagSeconds = fgauge(nameLagSeconds, "Age of the oldest message of the group's partition not yet consumed; absent where the broker cannot tell while it lags.")
+	in.dlq = gauge(nameDLQ, "{message}", "Messages in the subscription's DLQ, counted up to 1000, on transports whose DLQ can be read without consuming it.")
+	in.parkedKeys = gauge(nameParkedKeys, "{key}", "Keys parked on the subscription.")
+	in.parkedAge = fgauge(nameParkedAge, "How long the oldest parked key of the subscription has been parked; 0 when none.")
+	in.outboxPending = gauge(nameOutboxPending, "{message}", "Outbox rows not yet published.")
+	in.outboxFailing = gauge(nameOutboxFailing, "{message}", "Pending outbox rows whose last publish failed; each blocks its key.")
+	in.outboxLag = fgauge(nameOutboxLag, "Age of the oldest pending outbox row; 0 when none.")
+	return errors.Join(errs...)
+}
+
+// attrs returns the measurement option for a set of labels, built once.
+func attrs(kv ...attribute.KeyValue) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(kv...))
+}
