@@ -278,6 +278,9 @@ func (s *subscription) receive(w *worker) (d transport.Delivery, more bool) {
 		}
 		s.backoff = 0
 		w.progress.Add(1)
+		if s.tel != nil {
+			s.tel.Received()
+		}
 		if s.perKey {
 			if key := d.Message().Key; key != "" && s.enqueueIfBusy(key, d) {
 				continue
@@ -463,7 +466,7 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 	w.cur.Store(m)
 	tel := s.tel
 	if tel != nil {
-		tel.Received(m, time.Now())
+		tel.Handling(m, time.Now())
 	}
 	for {
 		if s.abandoned.Load() {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/telemetry"
 )
 
 // Defaults of the relay, each overridden by the option of the same name.
@@ -52,6 +53,8 @@ type config struct {
 	onPublishError func(m *handler.Message, attempt int, err error)
 	onStats        func(Stats)
 	logger         *slog.Logger
+	tel            *telemetry.Telemetry
+	telSet         bool
 }
 
 func defaultConfig() config {
@@ -73,6 +76,9 @@ func (c *config) validate(relay bool) error {
 	}
 	if err := checkTable(c.table); err != nil {
 		return err
+	}
+	if c.telSet && c.tel == nil {
+		return fail("WithTelemetry(nil)")
 	}
 	if !relay {
 		return nil
@@ -116,6 +122,31 @@ func (o relayOption) applyRelay(c *config) { o(c) }
 // "schema.table" in lower case; create it with [Migrate].
 func Table(name string) CommonOption {
 	return bothOption(func(c *config) { c.table = name })
+}
+
+// WithTelemetry instruments the outbox with t (package telemetry), given
+// to [New] and [NewRelay] alike:
+//
+//   - [Outbox.Add] makes a "create <topic>" span per message, child of the
+//     span in its ctx (the transaction that writes the row), and stores
+//     its context with the row as the traceparent (and tracestate) header.
+//   - The relay makes a "relay <topic>" span per row it publishes, child of
+//     the row's stored context, and publishes through t.Publisher(pub), so
+//     that the "send <topic>" span is the relay span's child and the
+//     consumer's "process <topic>" span the send span's: one trace from the
+//     insert to each handler.
+//   - The relay exports the table's gauges (ferry_outbox_pending_messages,
+//     ferry_outbox_failing_messages, ferry_outbox_lag_seconds: the age of
+//     the oldest pending row), read every [OnStats] interval (10s by
+//     default) whether or not OnStats is given, and counts
+//     ferry_outbox_published_total, ferry_outbox_publish_errors_total and
+//     the time from insert to confirmed publish
+//     (ferry_outbox_relay_delay_seconds).
+//
+// The package-level [Add] and [AddSQL] write through an Outbox without
+// telemetry: make one with New(WithTelemetry(t)) to trace the insert.
+func WithTelemetry(t *telemetry.Telemetry) CommonOption {
+	return bothOption(func(c *config) { c.tel, c.telSet = t, true })
 }
 
 // NoNotify stops [Outbox.Add] from queuing a NOTIFY with each transaction.

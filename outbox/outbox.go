@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/telemetry"
 )
 
 // ErrInvalidOption is wrapped by the errors [New], [NewRelay] and [Schema]
@@ -40,6 +41,7 @@ type Outbox struct {
 	channel string
 	notify  bool
 	lockID  int32
+	tel     *telemetry.Outbox // nil without WithTelemetry
 }
 
 // New returns an Outbox for the options' table ([DefaultTable] without
@@ -56,7 +58,11 @@ func New(opts ...Option) (*Outbox, error) {
 	if err := c.validate(false); err != nil {
 		return nil, err
 	}
-	return &Outbox{table: c.table, channel: channelOf(c.table), notify: c.notify, lockID: tableLockID(c.table)}, nil
+	o := &Outbox{table: c.table, channel: channelOf(c.table), notify: c.notify, lockID: tableLockID(c.table)}
+	if c.tel != nil {
+		o.tel = c.tel.Outbox(c.table)
+	}
+	return o, nil
 }
 
 var defaultOutbox = &Outbox{table: DefaultTable, channel: channelOf(DefaultTable), notify: true, lockID: tableLockID(DefaultTable)}
@@ -112,7 +118,7 @@ func (o *Outbox) Add(ctx context.Context, tx pgx.Tx, msgs ...*handler.Message) e
 	if len(msgs) == 0 {
 		return nil
 	}
-	stmts, err := o.statements(msgs)
+	stmts, err := o.statements(ctx, msgs)
 	if err != nil {
 		return err
 	}
@@ -132,7 +138,7 @@ func (o *Outbox) AddSQL(ctx context.Context, tx *sql.Tx, msgs ...*handler.Messag
 	if len(msgs) == 0 {
 		return nil
 	}
-	stmts, err := o.statements(msgs)
+	stmts, err := o.statements(ctx, msgs)
 	if err != nil {
 		return err
 	}
@@ -151,8 +157,9 @@ type statement struct {
 
 // statements builds the lock, the inserts and the notify for msgs. Only
 // positional parameters of text, bytea and int types are used, so that any
-// driver binds them.
-func (o *Outbox) statements(msgs []*handler.Message) ([]statement, error) {
+// driver binds them. With telemetry, each message's create span is made
+// here and its context stored in the row's headers.
+func (o *Outbox) statements(ctx context.Context, msgs []*handler.Message) ([]statement, error) {
 	var out []statement
 	// The key locks, in sorted order of their hash so that two Adds with
 	// overlapping keys take them in the same order.
@@ -207,9 +214,13 @@ func (o *Outbox) statements(msgs []*handler.Message) ([]statement, error) {
 			if payload == nil {
 				payload = []byte{}
 			}
+			h := m.Headers
+			if o.tel != nil {
+				h = o.tel.Create(ctx, m)
+			}
 			var headers any
-			if len(m.Headers) > 0 {
-				j, err := json.Marshal(m.Headers)
+			if len(h) > 0 {
+				j, err := json.Marshal(h)
 				if err != nil {
 					return nil, fmt.Errorf("outbox: add %q: headers: %w", id, err)
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -69,6 +70,11 @@ type Relay struct {
 	running       atomic.Bool
 	published     atomic.Int64
 	publishErrors atomic.Int64
+
+	// tel instruments the relay (nil without WithTelemetry); last holds
+	// the last Stats read, for its gauges.
+	tel  *telemetry.Outbox
+	last atomic.Pointer[Stats]
 }
 
 // NewRelay returns a Relay that publishes the rows of the options' table
@@ -93,8 +99,12 @@ func NewRelay(pool *pgxpool.Pool, pub transport.Publisher, opts ...RelayOption) 
 		return nil, err
 	}
 	r := &Relay{pool: pool, pub: pub, cfg: c, log: c.logger.With("outbox", c.table)}
+	if c.tel != nil {
+		r.tel = c.tel.Outbox(c.table)
+		r.pub = c.tel.Publisher(pub)
+	}
 	t := c.table
-	const cols = `seq, id, topic, key, payload, headers, attempts`
+	const cols = `seq, id, topic, key, payload, headers, attempts, created_at`
 	// The heads: pending rows with no earlier pending row of their key
 	// (every keyless row is a head of its own), eligible now, locked.
 	r.headsSQL = `SELECT ` + cols + ` FROM ` + t + ` o
@@ -158,7 +168,18 @@ func (r *Relay) Run(ctx context.Context) error {
 	poll := time.NewTicker(r.cfg.pollInterval)
 	defer poll.Stop()
 	var statsC, cleanupC <-chan time.Time
-	if r.cfg.onStats != nil {
+	if r.tel != nil {
+		stop := r.tel.Observe(func() (telemetry.OutboxState, bool) {
+			s := r.last.Load()
+			if s == nil {
+				return telemetry.OutboxState{}, false
+			}
+			return telemetry.OutboxState{Pending: s.Pending, Failing: s.Failing, OldestPending: s.OldestPending}, true
+		})
+		defer stop()
+		r.reportStats(ctx) // the gauges have figures from the start
+	}
+	if r.cfg.onStats != nil || r.tel != nil {
 		t := time.NewTicker(r.cfg.statsInterval)
 		defer t.Stop()
 		statsC = t.C
@@ -256,7 +277,10 @@ func (r *Relay) reportStats(ctx context.Context) {
 		}
 		return
 	}
-	r.cfg.onStats(s)
+	r.last.Store(&s)
+	if r.cfg.onStats != nil {
+		r.cfg.onStats(s)
+	}
 }
 
 // listen keeps a LISTEN connection open and signals wake for every
@@ -306,6 +330,7 @@ func (r *Relay) listenOnce(ctx context.Context, signal func()) error {
 type row struct {
 	seq      int64
 	attempts int
+	created  time.Time
 	msg      *handler.Message
 }
 
@@ -318,7 +343,7 @@ func scanRows(rows pgx.Rows) ([]row, error) {
 			m       handler.Message
 			headers []byte
 		)
-		if err := rows.Scan(&rw.seq, &m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &rw.attempts); err != nil {
+		if err := rows.Scan(&rw.seq, &m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &rw.attempts, &rw.created); err != nil {
 			return nil, err
 		}
 		if len(headers) > 0 {
@@ -402,12 +427,16 @@ func (r *Relay) claim(ctx context.Context) (int, error) {
 	broken := make([]bool, len(groups))
 	msgs := make([]*handler.Message, 0, len(groups))
 	idx := make([]int, 0, len(groups))
+	var relaying []*telemetry.Relaying
 	for wave := 0; ; wave++ {
-		msgs, idx = msgs[:0], idx[:0]
+		msgs, idx, relaying = msgs[:0], idx[:0], relaying[:0]
 		for g, rs := range groups {
 			if !broken[g] && wave < len(rs) {
 				msgs = append(msgs, rs[wave].msg)
 				idx = append(idx, g)
+				if r.tel != nil {
+					relaying = append(relaying, r.tel.StartRelay(rs[wave].msg, rs[wave].created))
+				}
 			}
 		}
 		if len(msgs) == 0 {
@@ -428,6 +457,9 @@ func (r *Relay) claim(ctx context.Context) (int, error) {
 			var perr error
 			if be != nil {
 				perr = be.Errs[i]
+			}
+			if relaying != nil {
+				relaying[i].End(perr)
 			}
 			if perr == nil {
 				ok = append(ok, rw.seq)

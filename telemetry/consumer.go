@@ -132,15 +132,19 @@ func (t *Telemetry) Consumer(info ConsumerInfo) *Consumer {
 // Info returns what c was made for.
 func (c *Consumer) Info() ConsumerInfo { return c.info }
 
-// Received counts one delivery received, and records its time in queue
-// (from Facts.PublishedAt to now, where the transport knows it). The
-// Router calls it once per delivery, before its first call.
-func (c *Consumer) Received(m *handler.Message, now time.Time) {
-	ctx := context.Background()
-	c.t.inst.received.Add(ctx, 1, c.opt)
+// Received counts one delivery taken from the broker. The Router calls it
+// at intake, under its intake turn.
+func (c *Consumer) Received() {
+	c.t.inst.received.Add(context.Background(), 1, c.opt)
+}
+
+// Handling records m's time in queue: from Facts.PublishedAt (the broker's
+// time, where the transport knows it) to now, its first handler call. The
+// Router calls it once per delivery, before the first call.
+func (c *Consumer) Handling(m *handler.Message, now time.Time) {
 	if p := m.Facts().PublishedAt; !p.IsZero() {
 		if d := now.Sub(p); d >= 0 {
-			c.t.inst.queueTime.Record(ctx, d.Seconds(), c.opt)
+			c.t.inst.queueTime.Record(context.Background(), d.Seconds(), c.opt)
 		}
 	}
 }
