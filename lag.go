@@ -144,6 +144,7 @@ func (s *subscription) lagSnapshot() SubscriptionLag {
 func (s *subscription) consumerState() telemetry.ConsumerState {
 	st, l := s.stats(), s.lagSnapshot()
 	return telemetry.ConsumerState{
+		Received: st.Received,
 		InFlight: st.InFlight, Delayed: st.Delayed, Running: st.Running, Stuck: st.Stuck,
 		Backlog: st.Backlog, BacklogMax: st.MaxKeyBacklog,
 		Lag: l.Lag, DLQ: l.DLQ, DLQMessages: l.DLQMessages,

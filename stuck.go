@@ -52,7 +52,7 @@ func (s *subscription) checkStuck(now time.Time) {
 	defer s.stuckMu.Unlock()
 	var progress uint64
 	for i := range s.workers {
-		progress += s.workers[i].progress.Load()
+		progress += s.workers[i].received.Load() + s.workers[i].settled.Load()
 	}
 	if progress != s.progressSeen {
 		s.progressSeen, s.progressAt = progress, now
@@ -128,6 +128,9 @@ type SubscriptionStats struct {
 	// Failures is the number of failed attempts (the chain returned an
 	// error) since Run started.
 	Failures uint64
+	// Received and Settled are the numbers of deliveries received from
+	// the stream, and settled (acked or nacked), since Run started.
+	Received, Settled uint64
 	// Backlog is the number of deliveries waiting behind a busy key (on
 	// an ordered subscription), and MaxKeyBacklog the longest wait list of
 	// any one key: a key whose messages keep failing shows here first.
@@ -160,6 +163,8 @@ func (s *subscription) stats() SubscriptionStats {
 	st.Failures = s.failures.Load()
 	for j := range s.workers {
 		w := &s.workers[j]
+		st.Received += w.received.Load()
+		st.Settled += w.settled.Load()
 		if w.waiting.Load() {
 			st.Delayed++
 		} else if s.calling(w) != nil {

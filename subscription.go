@@ -161,11 +161,11 @@ type worker struct {
 	// is set while the worker holds cur for a retry delay instead.
 	watched atomic.Bool
 	waiting atomic.Bool
-	// progress counts the deliveries this worker received and settled,
-	// for liveness: the stuck watch sums it to see whether the
-	// subscription still moves.
-	progress atomic.Uint64
-	_        [8]byte
+	// received and settled count the deliveries this worker took from
+	// the stream and settled (acked or nacked), for Stats and the
+	// telemetry, and for liveness: the stuck watch sums them to see
+	// whether the subscription still moves. Only the worker adds to them.
+	received, settled atomic.Uint64
 }
 
 func (s *subscription) open(ctx context.Context) error {
@@ -277,10 +277,7 @@ func (s *subscription) receive(w *worker) (d transport.Delivery, more bool) {
 			continue
 		}
 		s.backoff = 0
-		w.progress.Add(1)
-		if s.tel != nil {
-			s.tel.Received()
-		}
+		w.received.Add(1)
 		if s.perKey {
 			if key := d.Message().Key; key != "" && s.enqueueIfBusy(key, d) {
 				continue
@@ -497,7 +494,7 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 			if aerr := d.Ack(w.ctx); aerr != nil {
 				s.log.Warn("ferry: ack failed; the message will be redelivered", "id", m.ID, "err", aerr)
 			}
-			w.progress.Add(1)
+			w.settled.Add(1)
 			break
 		}
 		var ended time.Time
@@ -516,7 +513,7 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 			return
 		}
 		if o == settled {
-			w.progress.Add(1)
+			w.settled.Add(1)
 			break
 		}
 		// retried: call again, in process

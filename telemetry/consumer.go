@@ -7,7 +7,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -91,24 +90,19 @@ type Consumer struct {
 	name string // the process span's name
 	base []attribute.KeyValue
 
-	opt        metric.MeasurementOption
-	settledOpt [outcomes]metric.MeasurementOption
-	classOpt   [len(classes)]metric.MeasurementOption
-	retryOpt   [len(retryKinds)]metric.MeasurementOption
+	opt        labels
+	settledOpt [outcomes]labels
+	classOpt   [len(classes)]labels
+	retryOpt   [len(retryKinds)]labels
 }
 
 // Consumer returns the instrumentation of the subscription info names.
 func (t *Telemetry) Consumer(info ConsumerInfo) *Consumer {
 	c := &Consumer{t: t, info: info, name: "process " + info.Topic}
-	labels := []attribute.KeyValue{
-		attribute.String(labelSubscription, info.Subscription),
-		attribute.String(labelGroup, info.Group),
-		attribute.String(labelTopic, info.Topic),
-		attribute.String(labelTransport, info.Transport),
-	}
-	c.opt = attrs(labels...)
-	with := func(kv attribute.KeyValue) metric.MeasurementOption {
-		return attrs(append(labels[:len(labels):len(labels)], kv)...)
+	kv := c.labels()
+	c.opt = labelsOf(kv...)
+	with := func(l attribute.KeyValue) labels {
+		return labelsOf(append(kv[:len(kv):len(kv)], l)...)
 	}
 	for o := OutcomeAck; o < outcomes; o++ {
 		c.settledOpt[o] = with(attribute.String(labelOutcome, o.String()))
@@ -129,14 +123,18 @@ func (t *Telemetry) Consumer(info ConsumerInfo) *Consumer {
 	return c
 }
 
+// labels returns the subscription's labels.
+func (c *Consumer) labels() []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String(labelSubscription, c.info.Subscription),
+		attribute.String(labelGroup, c.info.Group),
+		attribute.String(labelTopic, c.info.Topic),
+		attribute.String(labelTransport, c.info.Transport),
+	}
+}
+
 // Info returns what c was made for.
 func (c *Consumer) Info() ConsumerInfo { return c.info }
-
-// Received counts one delivery taken from the broker. The Router calls it
-// at intake, under its intake turn.
-func (c *Consumer) Received() {
-	c.t.inst.received.Add(context.Background(), 1, c.opt)
-}
 
 // Handling records m's time in queue: from Facts.PublishedAt (the broker's
 // time, where the transport knows it) to now, its first handler call. The
@@ -144,7 +142,7 @@ func (c *Consumer) Received() {
 func (c *Consumer) Handling(m *handler.Message, now time.Time) {
 	if p := m.Facts().PublishedAt; !p.IsZero() {
 		if d := now.Sub(p); d >= 0 {
-			c.t.inst.queueTime.Record(context.Background(), d.Seconds(), c.opt)
+			c.t.inst.queueTime.Record(context.Background(), d.Seconds(), c.opt.rec...)
 		}
 	}
 }
@@ -152,14 +150,14 @@ func (c *Consumer) Handling(m *handler.Message, now time.Time) {
 // Settled counts one delivery settled with o.
 func (c *Consumer) Settled(o Outcome) {
 	if o > OutcomeNone && o < outcomes {
-		c.t.inst.settled.Add(context.Background(), 1, c.settledOpt[o])
+		c.t.inst.settled.Add(context.Background(), 1, c.settledOpt[o].add...)
 	}
 }
 
 // Abandoned counts n deliveries abandoned by a shutdown.
 func (c *Consumer) Abandoned(n int) {
 	if n > 0 {
-		c.t.inst.abandoned.Add(context.Background(), int64(n), c.opt)
+		c.t.inst.abandoned.Add(context.Background(), int64(n), c.opt.add...)
 	}
 }
 
@@ -206,21 +204,21 @@ func (c *Consumer) Start(ctx context.Context, m *handler.Message, now time.Time)
 			links = append(links, l)
 		}
 	}
-	var buf [16]attribute.KeyValue
-	kv := append(buf[:0], c.base...)
+	kv := make([]attribute.KeyValue, 0, len(c.base)+8)
+	kv = append(kv, c.base...)
 	kv = messageAttrs(kv, c.info.Transport, m, true)
-	opts := []trace.SpanStartOption{
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithTimestamp(now),
-		trace.WithAttributes(kv...),
+	var spanCtx context.Context
+	var span trace.Span
+	if links == nil {
+		spanCtx, span = c.t.tracer.Start(parent, c.name, consumerKind, trace.WithAttributes(kv...))
+	} else {
+		spanCtx, span = c.t.tracer.Start(parent, c.name, consumerKind, trace.WithAttributes(kv...), trace.WithLinks(links...))
 	}
-	if links != nil {
-		opts = append(opts, trace.WithLinks(links...))
-	}
-	spanCtx, span := c.t.tracer.Start(parent, c.name, opts...)
 	call.Context, call.span = spanCtx, span
 	return call
 }
+
+var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
 
 // SpanContext returns the call's span context (invalid when tracing is
 // off), for log lines.
@@ -235,7 +233,7 @@ func (c *Call) Marked() Outcome { return Outcome(c.mark.Load()) }
 func (c *Call) Retry(delay time.Duration, how string) {
 	for i, k := range retryKinds {
 		if k == how {
-			c.c.t.inst.retries.Add(context.Background(), 1, c.c.retryOpt[i])
+			c.c.t.inst.retries.Add(context.Background(), 1, c.c.retryOpt[i].add...)
 		}
 	}
 	if c.span.IsRecording() {
@@ -255,9 +253,9 @@ func (c *Call) End(err error, o Outcome, now time.Time) {
 	class := handler.Class(err)
 	ci := classIndex(class)
 	ctx := context.Background()
-	c.c.t.inst.handlerDur.Record(ctx, now.Sub(c.start).Seconds(), c.c.classOpt[ci])
+	c.c.t.inst.handlerDur.Record(ctx, now.Sub(c.start).Seconds(), c.c.classOpt[ci].rec...)
 	if err != nil {
-		c.c.t.inst.errors.Add(ctx, 1, c.c.classOpt[ci])
+		c.c.t.inst.errors.Add(ctx, 1, c.c.classOpt[ci].add...)
 	}
 	if o == OutcomeAck {
 		if m := c.Marked(); m != OutcomeNone {
@@ -268,15 +266,19 @@ func (c *Call) End(err error, o Outcome, now time.Time) {
 	if !c.span.IsRecording() {
 		return
 	}
-	if o != OutcomeNone {
+	// An acked delivery's span gets no attribute at its end: adding one
+	// copies all of them in the SDK. Its outcome is "ack" by default.
+	if o != OutcomeNone && o != OutcomeAck {
 		c.span.SetAttributes(AttrOutcome.String(o.String()))
 	}
 	if err != nil {
 		c.span.SetAttributes(AttrErrorClass.String(class))
 		c.span.RecordError(err)
 		c.span.SetStatus(codes.Error, class)
+		c.span.End(trace.WithTimestamp(now)) // the call's end, before any retry delay
+		return
 	}
-	c.span.End(trace.WithTimestamp(now))
+	c.span.End()
 }
 
 // Mark records, on the handler call running with ctx, that middleware
@@ -296,7 +298,7 @@ func Mark(ctx context.Context, o Outcome, cause error, attrs ...attribute.KeyVal
 	}
 	call.mark.Store(uint32(o))
 	if cause != nil {
-		call.c.t.inst.errors.Add(context.Background(), 1, call.c.classOpt[classIndex(handler.Class(cause))])
+		call.c.t.inst.errors.Add(context.Background(), 1, call.c.classOpt[classIndex(handler.Class(cause))].add...)
 	}
 	if call.span.IsRecording() {
 		if cause != nil {
@@ -325,8 +327,8 @@ func CountRetry(ctx context.Context, attempt int, delay time.Duration, err error
 	if !ok {
 		return
 	}
-	call.c.t.inst.retries.Add(context.Background(), 1, call.c.retryOpt[3])
-	call.c.t.inst.errors.Add(context.Background(), 1, call.c.classOpt[classIndex(handler.Class(err))])
+	call.c.t.inst.retries.Add(context.Background(), 1, call.c.retryOpt[3].add...)
+	call.c.t.inst.errors.Add(context.Background(), 1, call.c.classOpt[classIndex(handler.Class(err))].add...)
 	span := trace.SpanFromContext(ctx)
 	if span.IsRecording() {
 		span.AddEvent("retry", trace.WithAttributes(AttrAttempt.Int(attempt), AttrDelay.Float64(delay.Seconds()),

@@ -16,6 +16,9 @@ import (
 // reads it at each collection: from Router.Stats, and the last poll of
 // the transport's lag and the DLQ.
 type ConsumerState struct {
+	// Received is the number of deliveries the subscription received
+	// since it started: ferry_messages_received_total.
+	Received                          uint64
 	InFlight, Delayed, Running, Stuck int
 	// Backlog is the number of deliveries waiting behind a busy key;
 	// BacklogMax the longest wait list of one key.
@@ -34,35 +37,32 @@ type ConsumerState struct {
 // it when it runs and calls stop when it has stopped.
 func (c *Consumer) Observe(fn func() ConsumerState) (stop func()) {
 	in := &c.t.inst
-	labels := []attribute.KeyValue{
-		attribute.String(labelSubscription, c.info.Subscription),
-		attribute.String(labelGroup, c.info.Group),
-		attribute.String(labelTopic, c.info.Topic),
-		attribute.String(labelTransport, c.info.Transport),
-	}
+	kv := c.labels()
+	obs := c.opt.obs
 	reg, err := c.t.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := fn()
-		o.ObserveInt64(in.inFlight, int64(st.InFlight), c.opt)
-		o.ObserveInt64(in.delayed, int64(st.Delayed), c.opt)
-		o.ObserveInt64(in.running, int64(st.Running), c.opt)
-		o.ObserveInt64(in.stuck, int64(st.Stuck), c.opt)
-		o.ObserveInt64(in.backlog, int64(st.Backlog), c.opt)
-		o.ObserveInt64(in.backlogMax, int64(st.BacklogMax), c.opt)
+		o.ObserveInt64(in.received, int64(st.Received), obs...)
+		o.ObserveInt64(in.inFlight, int64(st.InFlight), obs...)
+		o.ObserveInt64(in.delayed, int64(st.Delayed), obs...)
+		o.ObserveInt64(in.running, int64(st.Running), obs...)
+		o.ObserveInt64(in.stuck, int64(st.Stuck), obs...)
+		o.ObserveInt64(in.backlog, int64(st.Backlog), obs...)
+		o.ObserveInt64(in.backlogMax, int64(st.BacklogMax), obs...)
 		for _, l := range st.Lag {
-			opt := attrs(append(labels[:4:4], attribute.String(labelPartition, l.Partition))...)
-			o.ObserveInt64(in.lagMessages, l.Messages, opt)
+			opt := labelsOf(append(kv[:4:4], attribute.String(labelPartition, l.Partition))...).obs
+			o.ObserveInt64(in.lagMessages, l.Messages, opt...)
 			// The age is known when nothing lags (0) or the transport
 			// read it; a lagging partition with no age is left out
 			// rather than reported as 0.
 			if l.Messages == 0 || l.OldestAge > 0 {
-				o.ObserveFloat64(in.lagSeconds, l.OldestAge.Seconds(), opt)
+				o.ObserveFloat64(in.lagSeconds, l.OldestAge.Seconds(), opt...)
 			}
 		}
 		if st.DLQMessages >= 0 && st.DLQ != "" {
-			o.ObserveInt64(in.dlq, st.DLQMessages, attrs(append(labels[:4:4], attribute.String(labelDLQ, st.DLQ))...))
+			o.ObserveInt64(in.dlq, st.DLQMessages, labelsOf(append(kv[:4:4], attribute.String(labelDLQ, st.DLQ))...).obs...)
 		}
 		return nil
-	}, in.inFlight, in.delayed, in.running, in.stuck, in.backlog, in.backlogMax, in.lagMessages, in.lagSeconds, in.dlq)
+	}, in.received, in.inFlight, in.delayed, in.running, in.stuck, in.backlog, in.backlogMax, in.lagMessages, in.lagSeconds, in.dlq)
 	if err != nil {
 		c.t.log.Warn("telemetry: cannot register the gauges of a subscription", "subscription", c.info.Subscription, "err", err)
 		return func() {}
@@ -81,9 +81,9 @@ func (t *Telemetry) ObserveLot(lot parking.Lot, subscriptions ...string) (stop f
 		return nil, fmt.Errorf("%w: telemetry: ObserveLot needs a lot and at least one subscription", ErrInvalidOption)
 	}
 	in := &t.inst
-	opts := make([]metric.MeasurementOption, len(subscriptions))
+	opts := make([][]metric.ObserveOption, len(subscriptions))
 	for i, s := range subscriptions {
-		opts[i] = attrs(attribute.String(labelSubscription, s))
+		opts[i] = labelsOf(attribute.String(labelSubscription, s)).obs
 	}
 	reg, err := t.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -99,8 +99,8 @@ func (t *Telemetry) ObserveLot(lot parking.Lot, subscriptions ...string) (stop f
 			if st.Keys > 0 && !st.Oldest.IsZero() {
 				age = max(now.Sub(st.Oldest).Seconds(), 0)
 			}
-			o.ObserveInt64(in.parkedKeys, int64(st.Keys), opts[i])
-			o.ObserveFloat64(in.parkedAge, age, opts[i])
+			o.ObserveInt64(in.parkedKeys, int64(st.Keys), opts[i]...)
+			o.ObserveFloat64(in.parkedAge, age, opts[i]...)
 		}
 		return nil
 	}, in.parkedKeys, in.parkedAge)

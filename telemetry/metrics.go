@@ -66,12 +66,13 @@ var (
 )
 
 type instruments struct {
-	received, settled, abandoned, errors, retries metric.Int64Counter
-	handlerDur, queueTime                         metric.Float64Histogram
-	published                                     metric.Int64Counter
-	publishDur                                    metric.Float64Histogram
-	outboxPub, outboxErrors                       metric.Int64Counter
-	outboxDelay                                   metric.Float64Histogram
+	settled, abandoned, errors, retries metric.Int64Counter
+	received                            metric.Int64ObservableCounter
+	handlerDur, queueTime               metric.Float64Histogram
+	published                           metric.Int64Counter
+	publishDur                          metric.Float64Histogram
+	outboxPub, outboxErrors             metric.Int64Counter
+	outboxDelay                         metric.Float64Histogram
 
 	inFlight, delayed, running, stuck, backlog, backlogMax metric.Int64ObservableGauge
 	lagMessages, dlq, parkedKeys                           metric.Int64ObservableGauge
@@ -103,7 +104,10 @@ func (in *instruments) init(m metric.Meter) error {
 		errs = append(errs, err)
 		return g
 	}
-	in.received = counter(nameReceived, "{message}", "Deliveries received by a subscription (a broker's redelivery counts again).")
+	var err error
+	in.received, err = m.Int64ObservableCounter(nameReceived, metric.WithUnit("{message}"),
+		metric.WithDescription("Deliveries received by a subscription (a broker's redelivery counts again)."))
+	errs = append(errs, err)
 	in.settled = counter(nameSettled, "{message}", "Deliveries settled, by outcome: ack, nack, dead_letter, parked, duplicate.")
 	in.abandoned = counter(nameAbandoned, "{message}", "Deliveries left unsettled by a shutdown's drain deadline, for the broker to redeliver.")
 	in.errors = counter(nameErrors, "{error}", "Failed handler attempts, by error class.")
@@ -133,7 +137,15 @@ func (in *instruments) init(m metric.Meter) error {
 	return errors.Join(errs...)
 }
 
-// attrs returns the measurement option for a set of labels, built once.
-func attrs(kv ...attribute.KeyValue) metric.MeasurementOption {
-	return metric.WithAttributeSet(attribute.NewSet(kv...))
+// labels is one set of labels as the options of each kind of measurement,
+// built once: passing a prebuilt slice to Add or Record allocates nothing.
+type labels struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+	obs []metric.ObserveOption
+}
+
+func labelsOf(kv ...attribute.KeyValue) labels {
+	o := metric.WithAttributeSet(attribute.NewSet(kv...))
+	return labels{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}, obs: []metric.ObserveOption{o}}
 }

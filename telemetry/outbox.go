@@ -20,12 +20,12 @@ import (
 type Outbox struct {
 	t     *Telemetry
 	table string
-	opt   metric.MeasurementOption
+	opt   labels
 }
 
 // Outbox returns the instrumentation of the outbox table.
 func (t *Telemetry) Outbox(table string) *Outbox {
-	return &Outbox{t: t, table: table, opt: attrs(attribute.String(labelTable, table))}
+	return &Outbox{t: t, table: table, opt: labelsOf(attribute.String(labelTable, table))}
 }
 
 // Create makes the "create <topic>" span of m (kind producer, child of the
@@ -98,15 +98,15 @@ func (r *Relaying) End(err error) {
 	ctx := context.Background()
 	in := &r.o.t.inst
 	if err != nil {
-		in.outboxErrors.Add(ctx, 1, r.o.opt)
+		in.outboxErrors.Add(ctx, 1, r.o.opt.add...)
 		if r.span.IsRecording() {
 			r.span.RecordError(err)
 			r.span.SetStatus(codes.Error, err.Error())
 		}
 	} else {
-		in.outboxPub.Add(ctx, 1, r.o.opt)
+		in.outboxPub.Add(ctx, 1, r.o.opt.add...)
 		if !r.created.IsZero() {
-			in.outboxDelay.Record(ctx, max(time.Since(r.created).Seconds(), 0), r.o.opt)
+			in.outboxDelay.Record(ctx, max(time.Since(r.created).Seconds(), 0), r.o.opt.rec...)
 		}
 	}
 	r.span.End()
@@ -130,9 +130,9 @@ func (o *Outbox) Observe(fn func() (OutboxState, bool)) (stop func()) {
 		if !ok {
 			return nil
 		}
-		obs.ObserveInt64(in.outboxPending, st.Pending, o.opt)
-		obs.ObserveInt64(in.outboxFailing, st.Failing, o.opt)
-		obs.ObserveFloat64(in.outboxLag, st.OldestPending.Seconds(), o.opt)
+		obs.ObserveInt64(in.outboxPending, st.Pending, o.opt.obs...)
+		obs.ObserveInt64(in.outboxFailing, st.Failing, o.opt.obs...)
+		obs.ObserveFloat64(in.outboxLag, st.OldestPending.Seconds(), o.opt.obs...)
 		return nil
 	}, in.outboxPending, in.outboxFailing, in.outboxLag)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -81,19 +80,19 @@ type publisher struct {
 }
 
 type topicOpts struct {
-	name string                      // the span name
-	dur  metric.MeasurementOption    // topic, transport
-	out  [3]metric.MeasurementOption // ok, error, unknown
+	name string    // the span name
+	dur  labels    // topic, transport
+	out  [3]labels // ok, error, unknown
 }
 
 func (p *publisher) opts(topic string) *topicOpts {
 	if o, ok := p.topics.Load(topic); ok {
 		return o.(*topicOpts)
 	}
-	labels := []attribute.KeyValue{attribute.String(labelTopic, topic), attribute.String(labelTransport, p.scheme)}
-	o := &topicOpts{name: "send " + topic, dur: attrs(labels...)}
+	kv := []attribute.KeyValue{attribute.String(labelTopic, topic), attribute.String(labelTransport, p.scheme)}
+	o := &topicOpts{name: "send " + topic, dur: labelsOf(kv...)}
 	for i, v := range [...]string{"ok", "error", "unknown"} {
-		o.out[i] = attrs(append(labels[:2:2], attribute.String(labelOutcome, v))...)
+		o.out[i] = labelsOf(append(kv[:2:2], attribute.String(labelOutcome, v))...)
 	}
 	v, _ := p.topics.LoadOrStore(topic, o)
 	return v.(*topicOpts)
@@ -148,14 +147,13 @@ func (p *publisher) start(ctx context.Context, m *handler.Message) send {
 		parent = p.t.prop.Extract(ctx, propagation.MapCarrier(m.Headers))
 	}
 	_, dead := m.Headers[transport.HeaderError]
-	var buf [12]attribute.KeyValue
-	kv := append(buf[:0], p.system, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"))
+	kv := make([]attribute.KeyValue, 0, 8)
+	kv = append(kv, p.system, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"))
 	kv = messageAttrs(kv, p.scheme, m, false)
 	if dead {
 		kv = append(kv, AttrDeadLetter.Bool(true))
 	}
-	spanCtx, span := p.t.tracer.Start(parent, s.opts.name, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithTimestamp(s.start), trace.WithAttributes(kv...))
+	spanCtx, span := p.t.tracer.Start(parent, s.opts.name, producerKind, trace.WithAttributes(kv...))
 	s.span = span
 	if !p.headers || !span.SpanContext().IsValid() {
 		return s
@@ -179,7 +177,7 @@ func (p *publisher) start(ctx context.Context, m *handler.Message) send {
 func (s send) end(p *publisher, err error) {
 	now := time.Now()
 	ctx := context.Background()
-	p.t.inst.publishDur.Record(ctx, now.Sub(s.start).Seconds(), s.opts.dur)
+	p.t.inst.publishDur.Record(ctx, now.Sub(s.start).Seconds(), s.opts.dur.rec...)
 	out := 0
 	switch {
 	case err == nil:
@@ -188,7 +186,7 @@ func (s send) end(p *publisher, err error) {
 	default:
 		out = 1
 	}
-	p.t.inst.published.Add(ctx, 1, s.opts.out[out])
+	p.t.inst.published.Add(ctx, 1, s.opts.out[out].add...)
 	if !p.t.tracing || !s.span.IsRecording() {
 		return
 	}
@@ -196,8 +194,10 @@ func (s send) end(p *publisher, err error) {
 		s.span.RecordError(err)
 		s.span.SetStatus(codes.Error, err.Error())
 	}
-	s.span.End(trace.WithTimestamp(now))
+	s.span.End()
 }
+
+var producerKind = trace.WithSpanKind(trace.SpanKindProducer)
 
 // traceparent returns sc in the W3C traceparent format.
 func traceparent(sc trace.SpanContext) string {

@@ -18,12 +18,12 @@ const (
 	// AttrAttempt is the 1-based attempt of a handler call.
 	AttrAttempt = attribute.Key("ferry.attempt")
 	// AttrOffset is the message's offset in its partition where the
-	// broker has one (Kafka's is also messaging.kafka.offset).
+	// broker has one, but for Kafka's, which is messaging.kafka.offset.
 	AttrOffset = attribute.Key("ferry.message.offset")
-	// AttrBrokerID is the broker's own ID of the delivery (Facts.BrokerID).
-	AttrBrokerID = attribute.Key("ferry.broker_id")
-	// AttrOutcome is what became of the delivery ([Outcome]), on its
-	// process span.
+	// AttrOutcome is what became of the delivery ([Outcome]) when it was
+	// not simply acked: nack, dead_letter, parked or duplicate, on its
+	// process span. A span without it was acked, or failed and will be
+	// tried again (it then has an error status).
 	AttrOutcome = attribute.Key("ferry.outcome")
 	// AttrErrorClass is handler.Class of a failed call's error.
 	AttrErrorClass = attribute.Key("ferry.error.class")
@@ -64,10 +64,7 @@ func system(scheme string) attribute.KeyValue {
 // transport with scheme: its ID, key, size, and the delivery facts that
 // are known.
 func messageAttrs(kv []attribute.KeyValue, scheme string, m *handler.Message, facts bool) []attribute.KeyValue {
-	kv = append(kv,
-		semconv.MessagingDestinationName(m.Topic),
-		semconv.MessagingMessageBodySize(len(m.Payload)),
-	)
+	kv = append(kv, semconv.MessagingDestinationName(m.Topic))
 	if m.ID != "" {
 		kv = append(kv, semconv.MessagingMessageID(m.ID))
 	}
@@ -81,17 +78,18 @@ func messageAttrs(kv []attribute.KeyValue, scheme string, m *handler.Message, fa
 		return kv
 	}
 	f := m.Facts()
-	if f.Partition >= 0 && f.Transport != "" {
+	if f.Transport == "" {
+		return kv // no delivery facts
+	}
+	if f.Partition >= 0 {
 		kv = append(kv, semconv.MessagingDestinationPartitionID(strconv.Itoa(int(f.Partition))))
 	}
-	if f.Offset >= 0 && f.Transport != "" {
-		kv = append(kv, AttrOffset.Int64(f.Offset))
+	if f.Offset >= 0 {
 		if scheme == "kafka" {
 			kv = append(kv, semconv.MessagingKafkaOffset(int(f.Offset)))
+		} else {
+			kv = append(kv, AttrOffset.Int64(f.Offset))
 		}
-	}
-	if f.BrokerID != "" {
-		kv = append(kv, AttrBrokerID.String(f.BrokerID))
 	}
 	if f.Attempt > 0 {
 		kv = append(kv, AttrAttempt.Int(f.Attempt))

@@ -132,6 +132,9 @@ func TestTraceFromOutboxToHandler(t *testing.T) {
 					t.Fatalf("process span: %s = %q, want %q (all: %v)", k, attrs[k], v, attrs)
 				}
 			}
+			if o, ok := attrs["ferry.outcome"]; ok {
+				t.Fatalf("an acked delivery's span has ferry.outcome %q; want none (ack is the default)", o)
+			}
 			if attrs["messaging.system"] == "" || attrs["messaging.system"] == "unknown" {
 				t.Fatalf("process span: messaging.system = %q", attrs["messaging.system"])
 			}

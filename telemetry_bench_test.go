@@ -1,0 +1,173 @@
+package ferry_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/ferrymq/ferry"
+	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/telemetry"
+	"github.com/ferrymq/ferry/transport/memory"
+)
+
+// discard is a span exporter that drops what it is given: tracing runs in
+// full (every span sampled, batched and handed to an exporter) at no
+// export cost.
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkRouterTelemetry compares the Router on the memory transport
+// without telemetry ("off") and with it ("on": the OpenTelemetry SDK, every
+// span sampled and batched to an exporter that drops them, every metric
+// recorded into a reader), for a handler that does nothing ("noop") and
+// one that decodes the example's 1 KB OrderPlaced ("json"). The pairs run
+// back to back in one process; with -count=N they interleave (off, on,
+// off, on, ...), so the medians compare like with like:
+//
+//	go test -run '^$' -bench RouterTelemetry -count 5 .
+func BenchmarkRouterTelemetry(b *testing.B) {
+	payload := orderJSON()
+	handlers := []struct {
+		name string
+		fn   func(ctx context.Context, m *handler.Message) error
+	}{
+		{"noop", func(context.Context, *handler.Message) error { return nil }},
+		{"json", func(_ context.Context, m *handler.Message) error {
+			var o benchOrder
+			return json.Unmarshal(m.Payload, &o)
+		}},
+	}
+	for _, h := range handlers {
+		for _, mode := range []string{"off", "on", "metrics"} {
+			b.Run(h.name+"/"+mode, func(b *testing.B) {
+				var opts []ferry.Option
+				if mode == "on" {
+					opts = append(opts, ferry.WithTelemetry(benchTelemetry(b, true)), ferry.LagInterval(0))
+				}
+				if mode == "metrics" {
+					opts = append(opts, ferry.WithTelemetry(benchTelemetry(b, false)), ferry.LagInterval(0))
+				}
+				runRouterBench(b, payload, h.fn, opts...)
+			})
+		}
+	}
+}
+
+func benchTelemetry(b *testing.B, tracing bool) *telemetry.Telemetry {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithBatcher(discard{}, sdktrace.WithMaxQueueSize(1<<16)))
+	if !tracing {
+		tel, err := telemetry.New(telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
+			telemetry.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return tel
+	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	b.Cleanup(func() {
+		_ = tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+	tel, err := telemetry.New(telemetry.WithTracerProvider(tp), telemetry.WithMeterProvider(mp))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tel
+}
+
+// runRouterBench publishes b.N messages over 1,000 keys (untimed), then
+// times the Router consuming them through fn.
+func runRouterBench(b *testing.B, payload []byte, fn func(context.Context, *handler.Message) error, opts ...ferry.Option) {
+	ctx := context.Background()
+	br, err := memory.New(ctx, "memory://?partitions=8")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer br.Close(ctx)
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("order-%d", i)
+	}
+	for i := 0; i < b.N; i++ {
+		m := &handler.Message{ID: "e", Key: keys[i%len(keys)], Topic: "orders", Payload: payload}
+		if err := br.Publish(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var n atomic.Int64
+	done := make(chan struct{})
+	want := int64(b.N)
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		err := fn(ctx, m)
+		if n.Add(1) == want {
+			close(done)
+		}
+		return err
+	})
+	r, err := ferry.NewRouter(opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := r.Add("bench", br, sub("orders", "bench"), h); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	go r.Run(ctx)
+	<-done
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := r.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+}
+
+type benchOrder struct {
+	OrderID  string `json:"order_id"`
+	Customer string `json:"customer"`
+	Email    string `json:"email"`
+	Items    []struct {
+		SKU      string  `json:"sku"`
+		Name     string  `json:"name"`
+		Quantity int     `json:"quantity"`
+		Price    float64 `json:"unit_price"`
+	} `json:"items"`
+	Total    float64 `json:"total"`
+	Currency string  `json:"currency"`
+	Address  struct {
+		Name, Street, City, Postcode, Country string
+	} `json:"shipping_address"`
+	PlacedAt time.Time `json:"placed_at"`
+}
+
+// orderJSON is an OrderPlaced of about 1 KB, as the example emits.
+func orderJSON() []byte {
+	var o benchOrder
+	o.OrderID, o.Customer, o.Email, o.Total, o.Currency = "order-0042", "customer-042", "customer-042@example.com", 1234.5, "EUR"
+	for i := 0; i < 5; i++ {
+		o.Items = append(o.Items, struct {
+			SKU      string  `json:"sku"`
+			Name     string  `json:"name"`
+			Quantity int     `json:"quantity"`
+			Price    float64 `json:"unit_price"`
+		}{fmt.Sprintf("SKU-%05d", i), "Stainless steel water bottle, 750 ml, matte black", 1 + i, 49.5})
+	}
+	o.Address.Name, o.Address.Street, o.Address.City, o.Address.Postcode, o.Address.Country = "A. Customer", "1 Example Street, Flat 2", "Utrecht", "3511 AB", "NL"
+	o.PlacedAt = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	b, _ := json.Marshal(o)
+	return b
+}
