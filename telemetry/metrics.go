@@ -7,37 +7,38 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// The instruments' names. The OpenTelemetry Prometheus exporter turns each
-// into the name in the comment (dots become underscores, the unit "s"
-// adds _seconds, a counter adds _total); docs/observability.md lists them
-// with their labels.
+// The instruments' names. They are spelled the Prometheus way, with
+// underscores, so that the OpenTelemetry Prometheus exporter gives the
+// name in the comment whatever its escaping (the unit "s" adds _seconds, a
+// counter adds _total); docs/observability.md lists them with their
+// labels.
 const (
-	nameReceived      = "ferry.messages.received"        // ferry_messages_received_total
-	nameSettled       = "ferry.messages.settled"         // ferry_messages_settled_total
-	nameAbandoned     = "ferry.messages.abandoned"       // ferry_messages_abandoned_total
-	nameErrors        = "ferry.handler.errors"           // ferry_handler_errors_total
-	nameRetries       = "ferry.handler.retries"          // ferry_handler_retries_total
-	nameHandlerDur    = "ferry.handler.duration"         // ferry_handler_duration_seconds
-	nameQueueTime     = "ferry.queue.time"               // ferry_queue_time_seconds
-	nameInFlight      = "ferry.messages.in_flight"       // ferry_messages_in_flight
-	nameDelayed       = "ferry.messages.delayed"         // ferry_messages_delayed
-	nameRunning       = "ferry.handler.calls.running"    // ferry_handler_calls_running
-	nameStuck         = "ferry.handler.calls.stuck"      // ferry_handler_calls_stuck
-	nameBacklog       = "ferry.key.backlog.messages"     // ferry_key_backlog_messages
-	nameBacklogMax    = "ferry.key.backlog.max.messages" // ferry_key_backlog_max_messages
-	nameLagMessages   = "ferry.consumer.lag.messages"    // ferry_consumer_lag_messages
-	nameLagSeconds    = "ferry.consumer.lag"             // ferry_consumer_lag_seconds
-	nameDLQ           = "ferry.dlq.messages"             // ferry_dlq_messages
-	nameParkedKeys    = "ferry.parked.keys"              // ferry_parked_keys
-	nameParkedAge     = "ferry.parked.oldest.age"        // ferry_parked_oldest_age_seconds
-	namePublished     = "ferry.messages.published"       // ferry_messages_published_total
-	namePublishDur    = "ferry.publish.duration"         // ferry_publish_duration_seconds
-	nameOutboxPending = "ferry.outbox.pending.messages"  // ferry_outbox_pending_messages
-	nameOutboxFailing = "ferry.outbox.failing.messages"  // ferry_outbox_failing_messages
-	nameOutboxLag     = "ferry.outbox.lag"               // ferry_outbox_lag_seconds
-	nameOutboxPub     = "ferry.outbox.published"         // ferry_outbox_published_total
-	nameOutboxErrors  = "ferry.outbox.publish.errors"    // ferry_outbox_publish_errors_total
-	nameOutboxDelay   = "ferry.outbox.relay.delay"       // ferry_outbox_relay_delay_seconds
+	nameReceived      = "ferry_messages_received"        // ferry_messages_received_total
+	nameSettled       = "ferry_messages_settled"         // ferry_messages_settled_total
+	nameAbandoned     = "ferry_messages_abandoned"       // ferry_messages_abandoned_total
+	nameErrors        = "ferry_handler_errors"           // ferry_handler_errors_total
+	nameRetries       = "ferry_handler_retries"          // ferry_handler_retries_total
+	nameHandlerDur    = "ferry_handler_duration"         // ferry_handler_duration_seconds
+	nameQueueTime     = "ferry_queue_time"               // ferry_queue_time_seconds
+	nameInFlight      = "ferry_messages_in_flight"       // ferry_messages_in_flight
+	nameDelayed       = "ferry_messages_delayed"         // ferry_messages_delayed
+	nameRunning       = "ferry_handler_calls_running"    // ferry_handler_calls_running
+	nameStuck         = "ferry_handler_calls_stuck"      // ferry_handler_calls_stuck
+	nameBacklog       = "ferry_key_backlog_messages"     // ferry_key_backlog_messages
+	nameBacklogMax    = "ferry_key_backlog_max_messages" // ferry_key_backlog_max_messages
+	nameLagMessages   = "ferry_consumer_lag_messages"    // ferry_consumer_lag_messages
+	nameLagSeconds    = "ferry_consumer_lag"             // ferry_consumer_lag_seconds
+	nameDLQ           = "ferry_dlq_messages"             // ferry_dlq_messages
+	nameParkedKeys    = "ferry_parked_keys"              // ferry_parked_keys
+	nameParkedAge     = "ferry_parked_oldest_age"        // ferry_parked_oldest_age_seconds
+	namePublished     = "ferry_messages_published"       // ferry_messages_published_total
+	namePublishDur    = "ferry_publish_duration"         // ferry_publish_duration_seconds
+	nameOutboxPending = "ferry_outbox_pending_messages"  // ferry_outbox_pending_messages
+	nameOutboxFailing = "ferry_outbox_failing_messages"  // ferry_outbox_failing_messages
+	nameOutboxLag     = "ferry_outbox_lag"               // ferry_outbox_lag_seconds
+	nameOutboxPub     = "ferry_outbox_published"         // ferry_outbox_published_total
+	nameOutboxErrors  = "ferry_outbox_publish_errors"    // ferry_outbox_publish_errors_total
+	nameOutboxDelay   = "ferry_outbox_relay_delay"       // ferry_outbox_relay_delay_seconds
 )
 
 // The metric labels. No label ever holds a message ID or key: each has a
@@ -116,7 +117,7 @@ func (in *instruments) init(m metric.Meter) error {
 	in.queueTime = hist(nameQueueTime, "Time from the broker accepting a message to its first handler call.", queueBuckets)
 	in.published = counter(namePublished, "{message}", "Messages published, by outcome: ok, error, unknown (the broker may have it).")
 	in.publishDur = hist(namePublishDur, "Duration of one publish, until the broker confirmed it.", durationBuckets)
-	in.outboxPub = counter(nameOutboxPub, "{message}", "Outbox rows published and marked by this process's relays.")
+	in.outboxPub = counter(nameOutboxPub, "{message}", "Outbox rows whose publish the broker confirmed, by this process's relays.")
 	in.outboxErrors = counter(nameOutboxErrors, "{error}", "Failed publishes of outbox rows by this process's relays.")
 	in.outboxDelay = hist(nameOutboxDelay, "Time from an outbox row's insert to its publish being confirmed.", queueBuckets)
 
