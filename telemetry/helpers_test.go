@@ -3,6 +3,7 @@ package telemetry_test
 import (
 	"context"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,15 +18,21 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ferrymq/ferry/internal/fauxqs"
 	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/kafka"
 	"github.com/ferrymq/ferry/transport/memory"
+	"github.com/ferrymq/ferry/transport/mqtt"
 	"github.com/ferrymq/ferry/transport/rabbitmq"
 	"github.com/ferrymq/ferry/transport/redisstream"
+	"github.com/ferrymq/ferry/transport/sns"
+	"github.com/ferrymq/ferry/transport/sqs"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
+
+func TestMain(m *testing.M) { os.Exit(fauxqs.Main(m)) }
 
 // otelKit is the OpenTelemetry SDK of one test: every span in memory, and
 // a metric reader collected on demand.
@@ -215,6 +222,40 @@ var brokers = []broker{
 			_ = t.Close(context.Background())
 			cleanRabbit(url, topic, group)
 		})
+		return t
+	}},
+	{"mqtt", func(tb testing.TB, _, _ string) transport.Transport {
+		// The envelope (the default format) carries headers; raw MQTT
+		// 3.1.1 payloads carry none, and a trace ends at their publish.
+		url := "mqtt://127.0.0.1:1883"
+		transporttest.RequireBroker(tb, "mosquitto", url)
+		t, err := mqtt.New(context.Background(), url+"?remove_sessions=true")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = t.Close(context.Background()) })
+		return t
+	}},
+	{"sqs", func(tb testing.TB, _, _ string) transport.Transport {
+		srv := fauxqs.ForTest(tb)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		t, err := sqs.New(ctx, "sqs://", sqs.WithConfig(srv.Config()), sqs.WaitTime(time.Second))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = t.Close(context.Background()) })
+		return t
+	}},
+	{"sns", func(tb testing.TB, _, _ string) transport.Transport {
+		srv := fauxqs.ForTest(tb)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		t, err := sns.New(ctx, "sns://", sqs.WithConfig(srv.Config()), sqs.WaitTime(time.Second))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = t.Close(context.Background()) })
 		return t
 	}},
 	{"kafka", func(tb testing.TB, _, _ string) transport.Transport {

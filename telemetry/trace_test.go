@@ -124,7 +124,6 @@ func TestTraceFromOutboxToHandler(t *testing.T) {
 				"messaging.consumer.group.name":           group,
 				"messaging.destination.subscription.name": "inventory",
 				"ferry.message.key":                       "order-1",
-				"ferry.outcome":                           "ack",
 			}
 			attrs := labelMap(process.Attributes())
 			for k, v := range want {
