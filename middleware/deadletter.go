@@ -14,7 +14,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -228,6 +231,7 @@ func (h *deadLetterHandler) Handle(ctx context.Context, m *handler.Message) erro
 	}
 	if h.cfg.deferNative {
 		if s, ok := transport.SemanticsFromContext(ctx); ok && s.NativeDLQ {
+			telemetry.Event(ctx, "dead_letter_deferred", attribute.String("ferry.error.class", handler.Class(err)))
 			return err // the broker dead-letters at its delivery limit
 		}
 		if h.pub == nil {
@@ -246,6 +250,11 @@ func (h *deadLetterHandler) Handle(ctx context.Context, m *handler.Message) erro
 	if perr != nil {
 		return handler.RetryAfter(&DeadLetterError{DLQ: dlq, Err: perr, Cause: err}, h.cfg.failureDelay)
 	}
+	telemetry.Mark(ctx, telemetry.OutcomeDeadLetter, err, attribute.String("ferry.dlq", dlq))
+	f := m.Facts()
+	h.cfg.logger().Warn("middleware: dead-letter: message dead-lettered; the Router acks it",
+		append([]any{"dlq", dlq, "subscription", f.Subscription, "group", f.Group, "topic", m.Topic, "id", m.ID, "key", m.Key,
+			"attempt", dl.Headers[transport.HeaderAttempts], "class", handler.Class(err), "err", err.Error()}, telemetry.LogArgs(ctx)...)...)
 	if h.cfg.onDeadLetter != nil {
 		h.cfg.onDeadLetter(dlq, dl, err)
 	}

@@ -8,8 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/idempotency"
+	"github.com/ferrymq/ferry/telemetry"
 )
 
 // Defaults of [Dedupe].
@@ -380,12 +383,14 @@ func (h *dedupeHandler) Handle(ctx context.Context, m *handler.Message) error {
 	switch claim.State {
 	case idempotency.Done:
 		h.settle(key)
+		telemetry.Mark(ctx, telemetry.OutcomeDuplicate, nil)
 		if h.cfg.onDuplicate != nil {
 			h.cfg.onDuplicate(m, claim.Result)
 		}
 		return nil
 	case idempotency.InProgress:
 		h.handBack(key)
+		telemetry.Event(ctx, "dedupe_in_progress", attribute.String("ferry.dedupe.until", claim.Until.UTC().Format(time.RFC3339Nano)))
 		if h.cfg.onInProgress != nil {
 			h.cfg.onInProgress(m, claim.Until)
 		}

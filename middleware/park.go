@@ -8,8 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/parking"
+	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -293,6 +296,7 @@ func (h *parkHandler) Handle(ctx context.Context, m *handler.Message) error {
 			return err
 		}
 		if st != parking.NotParked {
+			telemetry.Mark(ctx, telemetry.OutcomeParked, nil, attribute.String("ferry.parking.status", st.String()))
 			if h.cfg.onAppended != nil {
 				h.cfg.onAppended(sub, m)
 			}
@@ -317,6 +321,7 @@ func (h *parkHandler) Handle(ctx context.Context, m *handler.Message) error {
 		return err
 	}
 	set.pin(m.Key)
+	telemetry.Mark(ctx, telemetry.OutcomeParked, herr, attribute.String("ferry.parking.status", st.String()))
 	if st == parking.Parked {
 		h.parked(ctx, sub, m, herr, f)
 	}

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -366,12 +368,17 @@ func (h *retryHandler) Handle(ctx context.Context, m *handler.Message) error {
 		}
 		if reason != "" {
 			if h.canRedeliver(ctx) && delivery <= c.redeliveries {
+				telemetry.Event(ctx, "redeliver", attribute.Int("ferry.attempt", attempt), attribute.String("ferry.error.class", handler.Class(err)))
 				return handler.RetryAfter(&RedeliverError{
 					Err: err, Attempts: attempt, Delivery: delivery, FirstFailure: first, LastFailure: now,
 				}, c.redeliveryDelay(delivery, err))
 			}
 			return &ExhaustedError{Err: err, Attempts: attempt, Reason: reason, FirstFailure: first, LastFailure: now}
 		}
+		telemetry.CountRetry(ctx, attempt, wait, err)
+		h.cfg.logger().Warn("middleware: retry: attempt failed; retrying after the delay",
+			append([]any{"subscription", f.Subscription, "group", f.Group, "topic", m.Topic, "id", m.ID, "key", m.Key,
+				"attempt", attempt, "class", handler.Class(err), "err", err.Error(), "delay", wait}, telemetry.LogArgs(ctx)...)...)
 		if c.onRetry != nil {
 			c.onRetry(m, err, wait)
 		}

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -334,4 +335,15 @@ func CountRetry(ctx context.Context, attempt int, delay time.Duration, err error
 		span.AddEvent("retry", trace.WithAttributes(AttrAttempt.Int(attempt), AttrDelay.Float64(delay.Seconds()),
 			AttrRetry.String("middleware"), AttrErrorClass.String(handler.Class(err))))
 	}
+}
+
+// LogArgs returns the trace_id and span_id of the span in ctx as slog
+// attributes, to append to a log line's arguments so that it leads to its
+// trace; nil when ctx has no valid span.
+func LogArgs(ctx context.Context) []any {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return nil
+	}
+	return []any{slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String())}
 }
