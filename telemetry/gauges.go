@@ -32,16 +32,24 @@ type ConsumerState struct {
 	DLQMessages int64
 }
 
-// Observe registers fn as the source of c's gauges: fn is called once per
-// metric collection, from the collecting goroutine. The Router registers
-// it when it runs and calls stop when it has stopped.
+// Observe registers fn as the source of c's gauges and of its received
+// counter: fn is called once per metric collection, from the collecting
+// goroutine. The Router registers it when it runs and calls stop when it
+// has stopped; a later source of the same subscription (the Router run
+// again, in the same process) continues the received count.
 func (c *Consumer) Observe(fn func() ConsumerState) (stop func()) {
 	in := &c.t.inst
 	kv := c.labels()
 	obs := c.opt.obs
+	// The received counter goes on from where the last source of the same
+	// subscription left it (a Router restarted in the process), so that
+	// it never goes back.
+	c.t.mu.Lock()
+	base := c.t.received[c.info]
+	c.t.mu.Unlock()
 	reg, err := c.t.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := fn()
-		o.ObserveInt64(in.received, int64(st.Received), obs...)
+		o.ObserveInt64(in.received, int64(base+st.Received), obs...)
 		o.ObserveInt64(in.inFlight, int64(st.InFlight), obs...)
 		o.ObserveInt64(in.delayed, int64(st.Delayed), obs...)
 		o.ObserveInt64(in.running, int64(st.Running), obs...)
@@ -67,7 +75,13 @@ func (c *Consumer) Observe(fn func() ConsumerState) (stop func()) {
 		c.t.log.Warn("telemetry: cannot register the gauges of a subscription", "subscription", c.info.Subscription, "err", err)
 		return func() {}
 	}
-	return func() { _ = reg.Unregister() }
+	return func() {
+		_ = reg.Unregister()
+		final := fn().Received
+		c.t.mu.Lock()
+		c.t.received[c.info] = base + final
+		c.t.mu.Unlock()
+	}
 }
 
 // ObserveLot exports the parked keys of each of subscriptions in lot:

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -37,6 +38,9 @@ type Telemetry struct {
 	log     *slog.Logger
 	inst    instruments
 	meter   metric.Meter
+
+	mu       sync.Mutex
+	received map[ConsumerInfo]uint64 // the counts of stopped sources
 }
 
 // An Option configures [New]. Options are made by this package's
@@ -135,11 +139,12 @@ func New(opts ...Option) (*Telemetry, error) {
 	}
 	_, noop := c.tp.(tracenoop.TracerProvider)
 	t := &Telemetry{
-		tracer:  c.tp.Tracer(ScopeName),
-		tracing: !noop,
-		prop:    c.prop,
-		log:     c.log,
-		meter:   c.mp.Meter(ScopeName),
+		tracer:   c.tp.Tracer(ScopeName),
+		tracing:  !noop,
+		prop:     c.prop,
+		log:      c.log,
+		meter:    c.mp.Meter(ScopeName),
+		received: map[ConsumerInfo]uint64{},
 	}
 	if err := t.inst.init(t.meter); err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
