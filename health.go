@@ -107,7 +107,7 @@ func (s *subscription) stalled(now time.Time) string {
 		why = fmt.Sprintf("its %d in-flight slots are taken", s.cfg.maxInFlight)
 	}
 	return fmt.Sprintf("%s and nothing was received or settled for %s (%d stuck calls)",
-		why, since.Round(time.Second), s.stuckCalls())
+		why, since.Round(time.Millisecond), s.stuckCalls())
 }
 
 // HealthHandler returns an http.Handler for a Kubernetes probe that runs
