@@ -13,6 +13,7 @@ import (
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/store/memstore"
+	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/memory"
 )
@@ -193,5 +194,39 @@ func TestMetricsScenario(t *testing.T) {
 		if got, ok := value(rm, c.name, c.labels); !ok || got != c.want {
 			t.Errorf("after the release: %s%v = %v (found %v), want %v", c.name, c.labels, got, ok, c.want)
 		}
+	}
+}
+
+// TestLagSecondsOnlyWhereKnown: a partition that lags with no age (RabbitMQ
+// and SQS cannot read the age of the oldest message) has no
+// ferry_consumer_lag_seconds series rather than a false 0; one with
+// nothing left has 0, and one with an age has it.
+func TestLagSecondsOnlyWhereKnown(t *testing.T) {
+	k := newKit(t)
+	c := k.tel.Consumer(telemetry.ConsumerInfo{Subscription: "s", Group: "g", Topic: "t", Transport: "amqp"})
+	stop := c.Observe(func() telemetry.ConsumerState {
+		return telemetry.ConsumerState{Lag: []transport.Lag{
+			{Partition: "q0", Messages: 5},
+			{Partition: "q1", Messages: 0},
+			{Partition: "q2", Messages: 3, OldestAge: 2 * time.Second},
+		}, DLQMessages: -1, DLQ: "g.dlq"}
+	})
+	defer stop()
+	rm := k.collect(t)
+	for p, want := range map[string]float64{"q0": 5, "q1": 0, "q2": 3} {
+		if got, ok := value(rm, "ferry_consumer_lag_messages", map[string]string{"partition": p}); !ok || got != want {
+			t.Errorf("lag messages %s = %v (%v), want %v", p, got, ok, want)
+		}
+	}
+	if got, ok := value(rm, "ferry_consumer_lag", map[string]string{"partition": "q0"}); ok {
+		t.Errorf("lag seconds of a lagging partition with no age = %v, want no series", got)
+	}
+	for p, want := range map[string]float64{"q1": 0, "q2": 2} {
+		if got, ok := value(rm, "ferry_consumer_lag", map[string]string{"partition": p}); !ok || got != want {
+			t.Errorf("lag seconds %s = %v (%v), want %v", p, got, ok, want)
+		}
+	}
+	if got, ok := value(rm, "ferry_dlq_messages", nil); ok {
+		t.Errorf("DLQ depth %v reported where it was not counted", got)
 	}
 }
