@@ -124,13 +124,14 @@ func (t *Telemetry) Consumer(info ConsumerInfo) *Consumer {
 	return c
 }
 
-// labels returns the subscription's labels.
+// labels returns the subscription's labels: its name and its group. The
+// topic and transport are on ferry_subscription_info, one series per
+// subscription, so that the per-message instruments carry two labels
+// only (the SDK's cost per measurement grows with them).
 func (c *Consumer) labels() []attribute.KeyValue {
 	return []attribute.KeyValue{
 		attribute.String(labelSubscription, c.info.Subscription),
 		attribute.String(labelGroup, c.info.Group),
-		attribute.String(labelTopic, c.info.Topic),
-		attribute.String(labelTransport, c.info.Transport),
 	}
 }
 
@@ -205,15 +206,20 @@ func (c *Consumer) Start(ctx context.Context, m *handler.Message, now time.Time)
 			links = append(links, l)
 		}
 	}
-	kv := make([]attribute.KeyValue, 0, len(c.base)+8)
-	kv = append(kv, c.base...)
-	kv = messageAttrs(kv, c.info.Transport, m, true)
+	// The attributes go on after the start, and only on a span that is
+	// recording: a trace the sampler left out costs no attribute work,
+	// and a recorded one copies them once instead of twice.
 	var spanCtx context.Context
 	var span trace.Span
 	if links == nil {
-		spanCtx, span = c.t.tracer.Start(parent, c.name, consumerKind, trace.WithAttributes(kv...))
+		spanCtx, span = c.t.tracer.Start(parent, c.name, consumerKind)
 	} else {
-		spanCtx, span = c.t.tracer.Start(parent, c.name, consumerKind, trace.WithAttributes(kv...), trace.WithLinks(links...))
+		spanCtx, span = c.t.tracer.Start(parent, c.name, consumerKind, trace.WithLinks(links...))
+	}
+	if span.IsRecording() {
+		kv := make([]attribute.KeyValue, 0, len(c.base)+8)
+		kv = append(kv, c.base...)
+		span.SetAttributes(messageAttrs(kv, c.info.Transport, m, true)...)
 	}
 	call.Context, call.span = spanCtx, span
 	return call

@@ -41,6 +41,8 @@ func (c *Consumer) Observe(fn func() ConsumerState) (stop func()) {
 	in := &c.t.inst
 	kv := c.labels()
 	obs := c.opt.obs
+	info := labelsOf(append(kv[:2:2], attribute.String(labelTopic, c.info.Topic),
+		attribute.String(labelTransport, c.info.Transport))...).obs
 	// The received counter goes on from where the last source of the same
 	// subscription left it (a Router restarted in the process), so that
 	// it never goes back.
@@ -49,6 +51,7 @@ func (c *Consumer) Observe(fn func() ConsumerState) (stop func()) {
 	c.t.mu.Unlock()
 	reg, err := c.t.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := fn()
+		o.ObserveInt64(in.info, 1, info...)
 		o.ObserveInt64(in.received, int64(base+st.Received), obs...)
 		o.ObserveInt64(in.inFlight, int64(st.InFlight), obs...)
 		o.ObserveInt64(in.delayed, int64(st.Delayed), obs...)
@@ -57,7 +60,7 @@ func (c *Consumer) Observe(fn func() ConsumerState) (stop func()) {
 		o.ObserveInt64(in.backlog, int64(st.Backlog), obs...)
 		o.ObserveInt64(in.backlogMax, int64(st.BacklogMax), obs...)
 		for _, l := range st.Lag {
-			opt := labelsOf(append(kv[:4:4], attribute.String(labelPartition, l.Partition))...).obs
+			opt := labelsOf(append(kv[:2:2], attribute.String(labelPartition, l.Partition))...).obs
 			o.ObserveInt64(in.lagMessages, l.Messages, opt...)
 			// The age is known when nothing lags (0) or the transport
 			// read it; a lagging partition with no age is left out
@@ -67,10 +70,10 @@ func (c *Consumer) Observe(fn func() ConsumerState) (stop func()) {
 			}
 		}
 		if st.DLQMessages >= 0 && st.DLQ != "" {
-			o.ObserveInt64(in.dlq, st.DLQMessages, labelsOf(append(kv[:4:4], attribute.String(labelDLQ, st.DLQ))...).obs...)
+			o.ObserveInt64(in.dlq, st.DLQMessages, labelsOf(append(kv[:2:2], attribute.String(labelDLQ, st.DLQ))...).obs...)
 		}
 		return nil
-	}, in.received, in.inFlight, in.delayed, in.running, in.stuck, in.backlog, in.backlogMax, in.lagMessages, in.lagSeconds, in.dlq)
+	}, in.info, in.received, in.inFlight, in.delayed, in.running, in.stuck, in.backlog, in.backlogMax, in.lagMessages, in.lagSeconds, in.dlq)
 	if err != nil {
 		c.t.log.Warn("telemetry: cannot register the gauges of a subscription", "subscription", c.info.Subscription, "err", err)
 		return func() {}

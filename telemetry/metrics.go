@@ -13,6 +13,7 @@ import (
 // counter adds _total); docs/observability.md lists them with their
 // labels.
 const (
+	nameInfo          = "ferry_subscription_info"        // ferry_subscription_info
 	nameReceived      = "ferry_messages_received"        // ferry_messages_received_total
 	nameSettled       = "ferry_messages_settled"         // ferry_messages_settled_total
 	nameAbandoned     = "ferry_messages_abandoned"       // ferry_messages_abandoned_total
@@ -46,7 +47,7 @@ const (
 const (
 	labelSubscription = "subscription" // the name given to Router.Add
 	labelGroup        = "group"        // the consumer group
-	labelTopic        = "topic"        // the subscription's topic (filter), or the published topic
+	labelTopic        = "topic"        // the subscription's topic (filter) on ferry_subscription_info, or the published topic
 	labelTransport    = "transport"    // the transport's scheme
 	labelOutcome      = "outcome"      // see Outcome; for publishes ok, error, unknown
 	labelClass        = "class"        // handler.Class of the error ("ok" for none)
@@ -75,11 +76,11 @@ type instruments struct {
 	outboxPub, outboxErrors             metric.Int64Counter
 	outboxDelay                         metric.Float64Histogram
 
-	inFlight, delayed, running, stuck, backlog, backlogMax metric.Int64ObservableGauge
-	lagMessages, dlq, parkedKeys                           metric.Int64ObservableGauge
-	lagSeconds, parkedAge                                  metric.Float64ObservableGauge
-	outboxPending, outboxFailing                           metric.Int64ObservableGauge
-	outboxLag                                              metric.Float64ObservableGauge
+	info, inFlight, delayed, running, stuck, backlog, backlogMax metric.Int64ObservableGauge
+	lagMessages, dlq, parkedKeys                                 metric.Int64ObservableGauge
+	lagSeconds, parkedAge                                        metric.Float64ObservableGauge
+	outboxPending, outboxFailing                                 metric.Int64ObservableGauge
+	outboxLag                                                    metric.Float64ObservableGauge
 }
 
 func (in *instruments) init(m metric.Meter) error {
@@ -121,6 +122,7 @@ func (in *instruments) init(m metric.Meter) error {
 	in.outboxErrors = counter(nameOutboxErrors, "{error}", "Failed publishes of outbox rows by this process's relays.")
 	in.outboxDelay = hist(nameOutboxDelay, "Time from an outbox row's insert to its publish being confirmed.", queueBuckets)
 
+	in.info = gauge(nameInfo, "", "1 for each running subscription, with its topic and transport as labels: join on subscription.")
 	in.inFlight = gauge(nameInFlight, "{message}", "Deliveries held unsettled by a subscription (running, waiting behind their key, or held for a retry delay).")
 	in.delayed = gauge(nameDelayed, "{message}", "Deliveries the Router holds in process for a retry delay.")
 	in.running = gauge(nameRunning, "{call}", "Handler calls running now.")

@@ -108,7 +108,7 @@ func TestMetricsScenario(t *testing.T) {
 	})
 
 	rm := k.collect(t)
-	sl := map[string]string{"subscription": "shop", "group": "shop", "topic": "orders", "transport": "memory"}
+	sl := map[string]string{"subscription": "shop", "group": "shop"}
 	with := func(kv ...string) map[string]string {
 		m := map[string]string{}
 		for k, v := range sl {
@@ -124,6 +124,7 @@ func TestMetricsScenario(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
+		{"ferry_subscription_info", with("topic", "orders", "transport", "memory"), 1},
 		{"ferry_messages_received", sl, 19},
 		{"ferry_messages_settled", with("outcome", "ack"), 10},
 		{"ferry_messages_settled", with("outcome", "dead_letter"), 3},

@@ -147,13 +147,16 @@ func (p *publisher) start(ctx context.Context, m *handler.Message) send {
 		parent = p.t.prop.Extract(ctx, propagation.MapCarrier(m.Headers))
 	}
 	_, dead := m.Headers[transport.HeaderError]
-	kv := make([]attribute.KeyValue, 0, 8)
-	kv = append(kv, p.system, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"))
-	kv = messageAttrs(kv, p.scheme, m, false)
-	if dead {
-		kv = append(kv, AttrDeadLetter.Bool(true))
+	spanCtx, span := p.t.tracer.Start(parent, s.opts.name, producerKind)
+	if span.IsRecording() { // as for the process span: no attribute work for a trace left out
+		kv := make([]attribute.KeyValue, 0, 8)
+		kv = append(kv, p.system, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"))
+		kv = messageAttrs(kv, p.scheme, m, false)
+		if dead {
+			kv = append(kv, AttrDeadLetter.Bool(true))
+		}
+		span.SetAttributes(kv...)
 	}
-	spanCtx, span := p.t.tracer.Start(parent, s.opts.name, producerKind, trace.WithAttributes(kv...))
 	s.span = span
 	if !p.headers || !span.SpanContext().IsValid() {
 		return s
