@@ -3,6 +3,8 @@ package ferry_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
@@ -41,4 +43,36 @@ func ExampleRouter() {
 	<-done
 	_ = r.Close(ctx)
 	// Output: reserve stock for order-1
+}
+
+// The Router's checks served to Kubernetes probes.
+func ExampleHealthHandler() {
+	ctx := context.Background()
+	broker, _ := transport.Open(ctx, "memory://probes")
+	defer broker.Close(ctx)
+	r, _ := ferry.NewRouter()
+	_ = r.Add("inventory", broker, transport.Subscription{Topic: "orders"},
+		handler.HandlerFunc(func(context.Context, *handler.Message) error { return nil }))
+
+	mux := http.NewServeMux()
+	mux.Handle("/readyz", ferry.HealthHandler(r.CheckReady))
+	mux.Handle("/healthz", ferry.HealthHandler(r.CheckLive))
+
+	probe := func(path string) {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		fmt.Printf("%s %d %s", path, w.Code, w.Body.String())
+	}
+	probe("/readyz") // before Run
+	go r.Run(ctx)
+	<-r.Ready()
+	probe("/readyz")
+	probe("/healthz")
+	_ = r.Close(ctx)
+	probe("/readyz")
+	// Output:
+	// /readyz 503 ferry: router not ready: not running yet
+	// /readyz 200 ok
+	// /healthz 200 ok
+	// /readyz 503 ferry: router not ready: shutting down
 }

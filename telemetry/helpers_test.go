@@ -143,7 +143,7 @@ func points(rm metricdata.ResourceMetrics, name string) []point {
 func labelMap(kv []attribute.KeyValue) map[string]string {
 	m := make(map[string]string, len(kv))
 	for _, a := range kv {
-		m[string(a.Key)] = a.Value.Emit()
+		m[string(a.Key)] = a.Value.String()
 	}
 	return m
 }
