@@ -231,3 +231,24 @@ func TestLagSecondsOnlyWhereKnown(t *testing.T) {
 		t.Errorf("DLQ depth %v reported where it was not counted", got)
 	}
 }
+
+// TestReceivedCarriesOverARestart: a subscription's received counter goes
+// on from where its last source stopped (a Router restarted in the same
+// process), so that it never goes back.
+func TestReceivedCarriesOverARestart(t *testing.T) {
+	k := newKit(t)
+	info := telemetry.ConsumerInfo{Subscription: "inventory", Group: "inventory", Topic: "orders", Transport: "memory"}
+	var n uint64 = 5
+	stop := k.tel.Consumer(info).Observe(func() telemetry.ConsumerState { return telemetry.ConsumerState{Received: n, DLQMessages: -1} })
+	if got, _ := value(k.collect(t), "ferry_messages_received", nil); got != 5 {
+		t.Fatalf("received = %v, want 5", got)
+	}
+	n = 7
+	stop() // the Router stopped after 7
+	n = 3  // the new Router has received 3
+	stop = k.tel.Consumer(info).Observe(func() telemetry.ConsumerState { return telemetry.ConsumerState{Received: n, DLQMessages: -1} })
+	defer stop()
+	if got, _ := value(k.collect(t), "ferry_messages_received", nil); got != 10 {
+		t.Fatalf("received after a restart = %v, want 7 + 3", got)
+	}
+}
