@@ -40,11 +40,12 @@ func init() {
 			Pkg:  ".", File: "subscription.go",
 			Find: `			if !w.cur.CompareAndSwap(m, nil) {
 				s.leftAfterAbandon(m, nil)
+				if call != nil {
+					call.End(nil, telemetry.OutcomeNone, time.Now())
+				}
 				return
-			}
-			if aerr := d.Ack(w.ctx); aerr != nil {`,
-			Replace: `			w.cur.CompareAndSwap(m, nil)
-			if aerr := d.Ack(w.ctx); aerr != nil {`,
+			}`,
+			Replace: `			w.cur.CompareAndSwap(m, nil)`,
 			Run:  "^TestRouterNeverSettlesAbandoned$",
 			Want: "an abandoned delivery was settled",
 		},
