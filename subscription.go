@@ -569,13 +569,16 @@ func (s *subscription) abandon() (int, []string) {
 	s.abandoned.Store(true)
 	var ids []string
 	logged := 0
-	note := func(m *handler.Message, state string) {
+	// The running message's Facts may still change under its call (an
+	// in-process retry advances the attempt): only its ID, key and topic
+	// are read; a queued delivery is not touched by anyone else.
+	note := func(m *handler.Message, state string, attempt []any) {
 		if len(ids) < 100 {
 			ids = append(ids, m.ID)
 		}
 		logged++
 		s.log.Warn("ferry: shutdown abandoned the message; not acked, the broker redelivers it",
-			"group", s.spec.Group, "topic", m.Topic, "id", m.ID, "key", m.Key, "attempt", m.Attempt(), "state", state)
+			append([]any{"group", s.spec.Group, "topic", m.Topic, "id", m.ID, "key", m.Key, "state", state}, attempt...)...)
 	}
 	for i := range s.workers {
 		w := &s.workers[i]
@@ -585,7 +588,7 @@ func (s *subscription) abandon() (int, []string) {
 				break
 			}
 			if w.cur.CompareAndSwap(m, &s.gone) { // the worker will not settle it
-				note(m, "running")
+				note(m, "running", nil)
 				break
 			}
 		}
@@ -597,7 +600,7 @@ func (s *subscription) abandon() (int, []string) {
 			if q != nil {
 				for _, d := range q.items[q.head:] {
 					if d != nil {
-						note(d.Message(), "queued")
+						note(d.Message(), "queued", []any{"attempt", d.Message().Attempt()})
 					}
 				}
 			}
