@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.opentelemetry.io/otel/attribute"
@@ -22,6 +24,7 @@ import (
 	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/jetstream"
 	"github.com/ferrymq/ferry/transport/kafka"
 	"github.com/ferrymq/ferry/transport/memory"
 	"github.com/ferrymq/ferry/transport/mqtt"
@@ -258,6 +261,26 @@ var brokers = []broker{
 		tb.Cleanup(func() { _ = t.Close(context.Background()) })
 		return t
 	}},
+	{"jetstream", func(tb testing.TB, topic, _ string) transport.Transport {
+		url := natsURL()
+		transporttest.RequireBroker(tb, "nats", url)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		t, err := jetstream.New(ctx, url)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() {
+			_ = t.Close(context.Background())
+			if nc, err := nats.Connect(url); err == nil {
+				if js, err := njs.New(nc); err == nil {
+					_ = js.DeleteStream(context.Background(), topic) // the stream Ferry named after the topic
+				}
+				nc.Close()
+			}
+		})
+		return t
+	}},
 	{"kafka", func(tb testing.TB, _, _ string) transport.Transport {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1),
 			kfake.GroupMinSessionTimeout(100*time.Millisecond))
@@ -276,6 +299,14 @@ var brokers = []broker{
 		tb.Cleanup(func() { _ = t.Close(context.Background()) })
 		return t
 	}},
+}
+
+// natsURL is the machine's NATS server, or $FERRY_NATS_URL.
+func natsURL() string {
+	if u := os.Getenv("FERRY_NATS_URL"); u != "" {
+		return u
+	}
+	return "nats://127.0.0.1:4222"
 }
 
 // cleanRabbit deletes what a subscription of group to topic declared.

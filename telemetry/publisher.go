@@ -53,12 +53,20 @@ const HeaderDeadLetterTrace = "ferry-dead-letter-traceparent"
 // that headers do not travel (Semantics.Headers false: raw MQTT), nothing
 // is written and only the span is made. The returned Publisher implements
 // [transport.BatchPublisher] (one span per message; p's batch path when it
-// has one) and hides p's other capabilities: subscribe, list DLQs and read
-// lag on p itself. Instrumenting a publisher this Telemetry instrumented
+// has one), and [transport.AsyncPublisher] when p does (p's window, so
+// [transport.Pipeline] keeps its per-key order); it hides p's other
+// capabilities: subscribe, list DLQs and read lag on p itself. Instrumenting a publisher this Telemetry instrumented
 // already returns it unchanged.
 func (t *Telemetry) Publisher(p transport.Publisher) transport.Publisher {
-	if ip, ok := p.(*publisher); ok && ip.t == t {
-		return p // instrumented already
+	switch ip := p.(type) {
+	case *publisher:
+		if ip.t == t {
+			return p // instrumented already
+		}
+	case *asyncPublisher:
+		if ip.t == t {
+			return p
+		}
 	}
 	ip := &publisher{t: t, p: p, scheme: "unknown", headers: true}
 	if d, ok := p.(transport.Declarer); ok {
@@ -67,8 +75,36 @@ func (t *Telemetry) Publisher(p transport.Publisher) transport.Publisher {
 		}
 	}
 	ip.system = system(ip.scheme)
+	if ap, ok := p.(transport.AsyncPublisher); ok {
+		return &asyncPublisher{publisher: ip, ap: ap}
+	}
 	return ip
 }
+
+// asyncPublisher is the instrumented publisher of a transport with a
+// pipelined window of its own: it keeps the window (and its per-key
+// order), with a span per message ended by the message's own result.
+type asyncPublisher struct {
+	*publisher
+	ap transport.AsyncPublisher
+}
+
+// PublishAsync hands a copy of m carrying its send span's context to the
+// transport's window; the span ends when done is called.
+func (p *asyncPublisher) PublishAsync(ctx context.Context, m *handler.Message, done func(error)) error {
+	s := p.start(ctx, m)
+	err := p.ap.PublishAsync(ctx, s.msg, func(err error) {
+		s.end(p.publisher, err)
+		done(err)
+	})
+	if err != nil {
+		s.end(p.publisher, err)
+	}
+	return err
+}
+
+// Flush waits for the transport's window.
+func (p *asyncPublisher) Flush(ctx context.Context) error { return p.ap.Flush(ctx) }
 
 type publisher struct {
 	t       *Telemetry

@@ -2,6 +2,7 @@ package telemetry_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/ferrymq/ferry/outbox"
 	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/memory"
 )
 
 // TestTraceFromOutboxToHandler: one message written through the outbox in
@@ -245,5 +247,76 @@ func waitUntil(tb testing.TB, what string, cond func() bool) {
 			tb.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// asyncMemory is the memory transport with a pipelined window of one
+// message (transport.Pipeline over it): a transport that implements
+// transport.AsyncPublisher, as the transports that pipeline natively will.
+type asyncMemory struct {
+	*memory.Transport
+	transport.AsyncPublisher
+}
+
+// TestTraceAsyncPublish: on a transport with a pipelined window of its own,
+// the instrumented publisher is an AsyncPublisher, so transport.Pipeline
+// keeps the transport's window and its order; each message's send span
+// ends with its own result, and the consumer continues its trace.
+func TestTraceAsyncPublish(t *testing.T) {
+	mem, err := memory.New(context.Background(), "memory://?partitions=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mem.Close(context.Background()) })
+	tr := asyncMemory{Transport: mem, AsyncPublisher: transport.Pipeline(mem, 1)}
+	topic, group := "orders", "inventory"
+	ctx := context.Background()
+	k := newKit(t)
+	pub := k.tel.Publisher(tr)
+	ap := transport.Pipeline(pub, 0)
+	if ap != any(pub) {
+		t.Fatalf("Pipeline of the instrumented publisher is %T, want the publisher itself (the transport's own window)", ap)
+	}
+	got := newSignal()
+	r, err := ferry.NewRouter(ferry.WithTelemetry(k.tel), ferry.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Add("inventory", tr, transport.Subscription{Topic: topic, Group: group, StartAtOldest: true},
+		handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error { got.note(ctx); return nil })); err != nil {
+		t.Fatal(err)
+	}
+	ferrytest.Start(t, r)
+	pctx, req := k.tp.Tracer("shop").Start(ctx, "checkout")
+	results := make(chan error, 3)
+	for i := range 3 {
+		m := &handler.Message{ID: fmt.Sprintf("evt-%d", i), Key: "order-1", Topic: topic, Payload: []byte("{}")}
+		if err := ap.PublishAsync(pctx, m, func(err error) { results <- err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ap.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	req.End()
+	for range 3 {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got.wait(t, 3, "the handler")
+	sends := k.waitSpans(t, "send "+topic, 3)
+	processes := k.waitSpans(t, "process "+topic, 3)
+	ids := map[trace.SpanID]bool{}
+	for _, s := range sends {
+		if s.Parent().SpanID() != req.SpanContext().SpanID() {
+			t.Fatal("a send span is not the child of the publishing request's span")
+		}
+		ids[s.SpanContext().SpanID()] = true
+	}
+	for _, p := range processes {
+		if !ids[p.Parent().SpanID()] {
+			t.Fatal("a process span is not the child of a send span")
+		}
 	}
 }
