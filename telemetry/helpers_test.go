@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -33,6 +34,7 @@ import (
 	"github.com/ferrymq/ferry/transport/sns"
 	"github.com/ferrymq/ferry/transport/sqs"
 	"github.com/ferrymq/ferry/transport/transporttest"
+	"github.com/ferrymq/ferry/transport/watermill"
 )
 
 func TestMain(m *testing.M) { os.Exit(fauxqs.Main(m)) }
@@ -279,6 +281,17 @@ var brokers = []broker{
 				nc.Close()
 			}
 		})
+		return t
+	}},
+	{"watermill", func(tb testing.TB, _, _ string) transport.Transport {
+		// Any Watermill Pub/Sub through the bridge: gochannel, persistent
+		// so that the subscription sees what was published before it.
+		gc := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, nil)
+		t, err := watermill.New(context.Background(), gc, gc)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = t.Close(context.Background()) })
 		return t
 	}},
 	{"kafka", func(tb testing.TB, _, _ string) transport.Transport {
