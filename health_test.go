@@ -190,3 +190,59 @@ func TestRouterLogsEachAbandonedMessage(t *testing.T) {
 		t.Fatalf("abandoned lines: %v (%d lines), want id-0 running, id-1 and id-2 queued", got, len(lines))
 	}
 }
+
+// TestRouterLagPoll: with LagInterval, and no telemetry, Router.Lag
+// reports the transport's lag per partition and counts the DLQ the
+// subscription names (ferry.DLQ); without it nothing is polled.
+func TestRouterLagPoll(t *testing.T) {
+	b := newBroker(t) // 4 partitions
+	rel := newReleaser()
+	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		<-rel.C
+		return nil
+	})
+	r := newRouter(t, ferry.LagInterval(10*time.Millisecond))
+	if err := r.Add("shop", b, sub("t", "shop"), h, ferry.DLQ("shop-dead-letters"), ferry.Concurrency(1)); err != nil {
+		t.Fatal(err)
+	}
+	idle := newRouter(t)
+	if err := idle.Add("idle", b, sub("t", "idle"), handler.HandlerFunc(func(context.Context, *handler.Message) error { return nil })); err != nil {
+		t.Fatal(err)
+	}
+	ferrytest.Start(t, r)
+	ferrytest.Start(t, idle)
+	t.Cleanup(rel.release)
+	publish(t, b, "t", 3, 3)
+	dl := &handler.Message{ID: "dead-1", Topic: "shop-dead-letters", Payload: []byte("{}"), Headers: map[string]string{"ferry-error": "x"}}
+	if err := b.Publish(context.Background(), dl); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a poll that sees the 3 messages and the dead letter", func() bool {
+		l := r.Lag()[0]
+		var n int64
+		for _, p := range l.Lag {
+			n += p.Messages
+		}
+		return l.Err == nil && len(l.Lag) == 4 && n == 3 && l.DLQMessages == 1
+	})
+	if l := r.Lag()[0]; l.Name != "shop" || l.DLQ != "shop-dead-letters" || l.At.IsZero() {
+		t.Fatalf("Lag = %+v", l)
+	}
+	if l := idle.Lag()[0]; l.Lag != nil || !l.At.IsZero() || l.DLQMessages != -1 {
+		t.Fatalf("Lag without polling = %+v, want nothing read", l)
+	}
+}
+
+func TestRouterTelemetryOptionsChecked(t *testing.T) {
+	if _, err := ferry.NewRouter(ferry.WithTelemetry(nil)); !errors.Is(err, ferry.ErrInvalidOption) {
+		t.Errorf("WithTelemetry(nil) = %v", err)
+	}
+	if _, err := ferry.NewRouter(ferry.LagInterval(-time.Second)); !errors.Is(err, ferry.ErrInvalidOption) {
+		t.Errorf("LagInterval(-1s) = %v", err)
+	}
+	r := newRouter(t)
+	if err := r.Add("a", newBroker(t), sub("t", "a"), handler.HandlerFunc(func(context.Context, *handler.Message) error { return nil }),
+		ferry.DLQ("")); !errors.Is(err, ferry.ErrInvalidOption) {
+		t.Errorf("DLQ(\"\") = %v", err)
+	}
+}
