@@ -46,8 +46,8 @@ func init() {
 				return
 			}`,
 			Replace: `			w.cur.CompareAndSwap(m, nil)`,
-			Run:  "^TestRouterNeverSettlesAbandoned$",
-			Want: "an abandoned delivery was settled",
+			Run:     "^TestRouterNeverSettlesAbandoned$",
+			Want:    "an abandoned delivery was settled",
 		},
 		{
 			Name: "router-nacks-abandoned", // the same, for a call that returns an error late (both guards gone)
