@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -217,15 +218,32 @@ func (c *Consumer) Start(ctx context.Context, m *handler.Message, now time.Time)
 		spanCtx, span = c.t.tracer.Start(parent, c.name, consumerKind, trace.WithLinks(links...))
 	}
 	if span.IsRecording() {
-		kv := make([]attribute.KeyValue, 0, len(c.base)+8)
-		kv = append(kv, c.base...)
-		span.SetAttributes(messageAttrs(kv, c.info.Transport, m, true)...)
+		kv := getAttrs()
+		*kv = append(*kv, c.base...)
+		*kv = messageAttrs(*kv, c.info.Transport, m, true)
+		span.SetAttributes(*kv...) // copies them
+		putAttrs(kv)
 	}
 	call.Context, call.span = spanCtx, span
 	return call
 }
 
 var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
+
+// attrPool holds the slices spans' attributes are built in: SetAttributes
+// copies them, so the slice is free again at once.
+var attrPool = sync.Pool{New: func() any {
+	s := make([]attribute.KeyValue, 0, 16)
+	return &s
+}}
+
+func getAttrs() *[]attribute.KeyValue { return attrPool.Get().(*[]attribute.KeyValue) }
+
+func putAttrs(s *[]attribute.KeyValue) {
+	clear(*s)
+	*s = (*s)[:0]
+	attrPool.Put(s)
+}
 
 // SpanContext returns the call's span context (invalid when tracing is
 // off), for log lines.

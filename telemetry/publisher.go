@@ -185,13 +185,14 @@ func (p *publisher) start(ctx context.Context, m *handler.Message) send {
 	_, dead := m.Headers[transport.HeaderError]
 	spanCtx, span := p.t.tracer.Start(parent, s.opts.name, producerKind)
 	if span.IsRecording() { // as for the process span: no attribute work for a trace left out
-		kv := make([]attribute.KeyValue, 0, 8)
-		kv = append(kv, p.system, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"))
-		kv = messageAttrs(kv, p.scheme, m, false)
+		kv := getAttrs()
+		*kv = append(*kv, p.system, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"))
+		*kv = messageAttrs(*kv, p.scheme, m, false)
 		if dead {
-			kv = append(kv, AttrDeadLetter.Bool(true))
+			*kv = append(*kv, AttrDeadLetter.Bool(true))
 		}
-		span.SetAttributes(kv...)
+		span.SetAttributes(*kv...)
+		putAttrs(kv)
 	}
 	s.span = span
 	if !p.headers || !span.SpanContext().IsValid() {
