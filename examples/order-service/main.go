@@ -44,6 +44,12 @@
 // broker (by default they are removed at the end); -serve keeps consuming
 // until interrupted.
 //
+// -http :8080 serves the metrics in Prometheus's format on /metrics and
+// the Routers' probes on /healthz and /readyz, and sends traces where the
+// standard OpenTelemetry environment variables say (OTEL_EXPORTER_OTLP_ENDPOINT
+// for OTLP over HTTP, OTEL_TRACES_EXPORTER=console for stdout); see
+// docs/observability.md.
+//
 // Every run is a new shop (-shop, a random name by default): the shop is in
 // every table row, event ID, key, topic, group and DLQ, so a second run
 // against the same database and broker starts clean.
@@ -109,6 +115,7 @@ func main() {
 	flag.BoolVar(&cfg.serve, "serve", cfg.serve, "keep consuming after the demo until interrupted")
 	flag.BoolVar(&cfg.verbose, "v", cfg.verbose, "print what each handler does")
 	flag.DurationVar(&cfg.timeout, "timeout", cfg.timeout, "how long the demo waits for the handlers")
+	flag.StringVar(&cfg.http, "http", cfg.http, "serve /metrics, /healthz and /readyz on this address (\":8080\"); traces go where the OTEL_* environment variables say")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

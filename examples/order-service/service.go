@@ -18,6 +18,7 @@ import (
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/parking"
+	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -32,6 +33,7 @@ type config struct {
 	serve    bool
 	verbose  bool
 	timeout  time.Duration
+	http     string // address of /metrics, /healthz and /readyz; empty: none
 }
 
 // defaultConfig is `go run ./examples/order-service` with no flags: 20
@@ -46,6 +48,9 @@ type service struct {
 	out    io.Writer
 	log    *slog.Logger
 	t      transport.Transport
+	pub    transport.Publisher // t, instrumented with -http: the relay and the DLQs publish through it
+	obs    *observability      // nil without -http
+	tel    *telemetry.Telemetry
 	st     store
 	tp     topology
 	faults faults
@@ -115,8 +120,15 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 	sum := &summary{faults: s.faults, orders: cfg.orders, replayed: -1, url: transport.RedactString(cfg.url)}
 
 	var err error
+	if cfg.http != "" {
+		if s.obs, err = observe(ctx, cfg.http, out, logger); err != nil {
+			return nil, err
+		}
+		defer s.obs.close(ctx)
+		s.tel = s.obs.tel
+	}
 	if cfg.postgres != "" {
-		if s.st, err = openPostgres(ctx, cfg.postgres, cfg.prefix, logger); err != nil {
+		if s.st, err = openPostgres(ctx, cfg.postgres, cfg.prefix, logger, s.tel); err != nil {
 			return nil, fmt.Errorf("postgres: %w", err)
 		}
 	} else if s.st, err = newMemStore(logger); err != nil {
@@ -128,6 +140,15 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 		return nil, err
 	}
 	defer s.t.Close(context.WithoutCancel(ctx))
+	s.pub = s.t
+	if s.tel != nil {
+		s.pub = s.tel.Publisher(s.t)
+		stopLot, err := s.tel.ObserveLot(s.st.lot(), "inventory")
+		if err != nil {
+			return nil, err
+		}
+		defer stopLot()
+	}
 	s.tp = topology{scheme: scheme(cfg.url), shop: cfg.shop}
 	if s.tp.fanOut, err = declare(s.t, s.tp); err != nil {
 		return nil, err
@@ -136,6 +157,9 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 
 	fmt.Fprintf(out, "order-service: %d orders of shop %s on %s\n", cfg.orders, cfg.shop, sum.url)
 	fmt.Fprintf(out, "storage: %s\n", s.st.describe())
+	if s.obs != nil {
+		fmt.Fprintf(out, "http: metrics on http://%s/metrics, probes on /healthz and /readyz; traces: %s\n", s.obs.addr, s.obs.tracer)
+	}
 	if !s.tp.fanOut {
 		fmt.Fprintf(out, "fan-out: this broker gives each queue to one group, so the checkout sends every event to each consumer's queue\n")
 	}
@@ -143,7 +167,7 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 	// The relay publishes what the checkout commits.
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
-	go func() { relayDone <- s.st.runRelay(relayCtx, s.t, logger) }()
+	go func() { relayDone <- s.st.runRelay(relayCtx, s.pub, logger) }()
 	defer func() { stopRelay(); <-relayDone }()
 
 	// inventory's chain is built once: it outlives a restart of inventory's
@@ -283,6 +307,16 @@ func (s *service) checkout(ctx context.Context) error {
 	return nil
 }
 
+// routerOptions are the options of both Routers: with -http, telemetry,
+// and the lag polled every 2 seconds so that the demo's gauges move.
+func (s *service) routerOptions() []ferry.Option {
+	opts := []ferry.Option{ferry.WithLogger(s.log), ferry.DrainTimeout(5 * time.Second)}
+	if s.tel != nil {
+		opts = append(opts, ferry.WithTelemetry(s.tel), ferry.LagInterval(2*time.Second))
+	}
+	return opts
+}
+
 // stackOptions are the options every consumer's stack shares: three quick
 // attempts, a deadline per attempt, and the run's logger.
 func (s *service) stackOptions() []middleware.StackOption {
@@ -343,6 +377,15 @@ func (s *service) handlerFor(name string) (handler.Handler, error) {
 	return nil, fmt.Errorf("order-service: no consumer %q", name)
 }
 
+// dlqPublisher publishes dead letters: the transport, instrumented when
+// the run has telemetry (-http).
+func (s *service) dlqPublisher() transport.Publisher {
+	if s.pub != nil {
+		return s.pub
+	}
+	return s.t
+}
+
 // subscriptionOptions are the Router options of the consumer name:
 // inventory ordered per key, four keys at a time; the others unordered.
 func subscriptionOptions(name string) []ferry.SubscriptionOption {
@@ -367,7 +410,7 @@ func (s *service) inventoryHandler() (handler.Handler, error) {
 			s.say(true, "fault:     inventory parked %s: %v (permanent: not retried; the other orders go on)", orderName(orderOf(ev.Message.Key)), cause(ev.Err))
 		})),
 		middleware.Deduplicate(s.st.inbox(), middleware.OnDuplicate(s.onDuplicate), inProgressDelay))
-	stack, err := middleware.Recommended(s.t, opts...)
+	stack, err := middleware.Recommended(s.dlqPublisher(), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -377,12 +420,15 @@ func (s *service) inventoryHandler() (handler.Handler, error) {
 // startInventory runs inventory on its own Router, so that it can be
 // restarted alone, ordered per key.
 func (s *service) startInventory(ctx context.Context) (*ferry.Router, chan error, error) {
-	r, err := ferry.NewRouter(ferry.WithLogger(s.log), ferry.DrainTimeout(5*time.Second))
+	r, err := ferry.NewRouter(s.routerOptions()...)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := r.Add("inventory", s.t, s.tp.sub("inventory"), s.inventory, subscriptionOptions("inventory")...); err != nil {
 		return nil, nil, err
+	}
+	if s.obs != nil {
+		s.obs.inventory.Store(r)
 	}
 	return startRouter(ctx, r)
 }
@@ -464,9 +510,12 @@ func (s *service) reserve(ctx context.Context, m *handler.Message, o OrderPlaced
 
 // startOthers runs email, fraud and analytics on one Router, unordered.
 func (s *service) startOthers(ctx context.Context) (*ferry.Router, chan error, error) {
-	r, err := ferry.NewRouter(ferry.WithLogger(s.log), ferry.DrainTimeout(5*time.Second))
+	r, err := ferry.NewRouter(s.routerOptions()...)
 	if err != nil {
 		return nil, nil, err
+	}
+	if s.obs != nil {
+		s.obs.others.Store(r)
 	}
 	for _, name := range consumers[1:] {
 		h, err := s.handlerFor(name)
@@ -489,7 +538,7 @@ func (s *service) startOthers(ctx context.Context) (*ferry.Router, chan error, e
 // front even where the broker filters: it costs a map lookup and guards
 // against a misconfigured binding.
 func (s *service) dedupedHandler(name string) (handler.Handler, error) {
-	stack, err := middleware.Recommended(s.t, append(s.stackOptions(),
+	stack, err := middleware.Recommended(s.dlqPublisher(), append(s.stackOptions(),
 		middleware.Deduplicate(s.st.leases(name), middleware.OnDuplicate(s.onDuplicate), inProgressDelay))...)
 	if err != nil {
 		return nil, err
@@ -503,7 +552,7 @@ func (s *service) dedupedHandler(name string) (handler.Handler, error) {
 // analyticsHandler is analytics' chain: the Recommended stack alone; it
 // counts distinct IDs.
 func (s *service) analyticsHandler() (handler.Handler, error) {
-	stack, err := middleware.Recommended(s.t, s.stackOptions()...)
+	stack, err := middleware.Recommended(s.dlqPublisher(), s.stackOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/ferrymq/ferry/parking"
 	"github.com/ferrymq/ferry/store/memstore"
 	"github.com/ferrymq/ferry/store/pgstore"
+	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -59,12 +60,13 @@ type pgStore struct {
 	in     *pgstore.Inbox
 	parked *pgstore.Lot
 	log    *slog.Logger
+	tel    *telemetry.Telemetry // nil without -http
 
 	mu    sync.Mutex
 	lease map[string]*pgstore.Store
 }
 
-func openPostgres(ctx context.Context, url, prefix string, log *slog.Logger) (*pgStore, error) {
+func openPostgres(ctx context.Context, url, prefix string, log *slog.Logger, tel *telemetry.Telemetry) (*pgStore, error) {
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, err
@@ -79,7 +81,7 @@ func openPostgres(ctx context.Context, url, prefix string, log *slog.Logger) (*p
 	if err != nil {
 		return nil, err
 	}
-	s := &pgStore{pool: pool, prefix: prefix, log: log, lease: map[string]*pgstore.Store{}}
+	s := &pgStore{pool: pool, prefix: prefix, log: log, tel: tel, lease: map[string]*pgstore.Store{}}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -134,7 +136,11 @@ CREATE TABLE IF NOT EXISTS ` + p + `reservations (
 	if err := pgstore.MigrateParking(mctx, s.pool, p+"parking"); err != nil {
 		return err
 	}
-	if s.ob, err = outbox.New(outbox.Table(p + "outbox")); err != nil {
+	obOpts := []outbox.Option{outbox.Table(p + "outbox")}
+	if s.tel != nil {
+		obOpts = append(obOpts, outbox.WithTelemetry(s.tel)) // a create span per row, its context stored with it
+	}
+	if s.ob, err = outbox.New(obOpts...); err != nil {
 		return err
 	}
 	if s.in, err = pgstore.NewInbox(s.pool, pgstore.Table(p+"idempotency"), pgstore.Namespace("inventory"), pgstore.WithLogger(s.log)); err != nil {
@@ -169,8 +175,13 @@ func (s *pgStore) checkout(ctx context.Context, o OrderPlaced, events []*handler
 }
 
 func (s *pgStore) runRelay(ctx context.Context, pub transport.Publisher, log *slog.Logger) error {
-	r, err := outbox.NewRelay(s.pool, pub, outbox.Table(s.prefix+"outbox"), outbox.WithLogger(log),
-		outbox.PollInterval(200*time.Millisecond), outbox.PublishTimeout(10*time.Second))
+	opts := []outbox.RelayOption{outbox.Table(s.prefix + "outbox"), outbox.WithLogger(log),
+		outbox.PollInterval(200 * time.Millisecond), outbox.PublishTimeout(10 * time.Second)}
+	if s.tel != nil {
+		// The relay spans, and the outbox gauges read every 2 seconds.
+		opts = append(opts, outbox.WithTelemetry(s.tel), outbox.OnStats(2*time.Second, func(outbox.Stats) {}))
+	}
+	r, err := outbox.NewRelay(s.pool, pub, opts...)
 	if err != nil {
 		return err
 	}
