@@ -125,4 +125,3 @@ func PublishAll(ctx context.Context, ap AsyncPublisher, msgs []*handler.Message)
 	}
 	return nil
 }
-
