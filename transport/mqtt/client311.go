@@ -10,16 +10,22 @@ import (
 	"sync/atomic"
 	"time"
 
+	paho5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/ferrymq/ferry/transport"
 )
 
 // conn311 is a conn speaking MQTT 3.1.1 on paho.mqtt.golang.
 type conn311 struct {
-	broker string
-	c      paho.Client
+	broker   string
+	qos      byte
+	c        paho.Client
+	attempts atomic.Uint64 // connection attempts so far
 }
 
 func newConn311(t *Transport, s connSpec) *conn311 {
+	c := &conn311{broker: t.broker, qos: t.cfg.qos}
 	o := paho.NewClientOptions()
 	o.AddBroker(t.broker)
 	o.SetClientID(s.clientID)
@@ -43,7 +49,7 @@ func newConn311(t *Transport, s connSpec) *conn311 {
 		o.SetTLSConfig(t.cfg.tls)
 	}
 	if s.onMessage != nil {
-		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { s.onMessage(m) })
+		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { s.onMessage(inbound311{m}) })
 	}
 	if s.beforeDial != nil {
 		var dialed atomic.Bool
@@ -54,20 +60,27 @@ func newConn311(t *Transport, s connSpec) *conn311 {
 			return dial(uri, opts)
 		})
 	}
-	if s.onAttempt != nil {
-		o.SetConnectionAttemptHandler(func(_ *url.URL, c *tls.Config) *tls.Config {
+	o.SetConnectionAttemptHandler(func(_ *url.URL, cfg *tls.Config) *tls.Config {
+		c.attempts.Add(1)
+		if s.onAttempt != nil {
 			s.onAttempt()
-			return c
-		})
-	}
+		}
+		return cfg
+	})
 	if s.onUp != nil {
 		o.SetOnConnectHandler(func(paho.Client) { s.onUp() })
 	}
 	if s.onLost != nil {
 		o.SetConnectionLostHandler(func(_ paho.Client, err error) { s.onLost(err) })
 	}
-	return &conn311{broker: t.broker, c: paho.NewClient(o)}
+	c.c = paho.NewClient(o)
+	return c
 }
+
+// inbound311 is a paho.mqtt.golang message; it has no properties.
+type inbound311 struct{ paho.Message }
+
+func (inbound311) Props() *paho5.PublishProperties { return nil }
 
 // dial opens the network connection to a tcp:// or ssl:// server URI, as
 // paho's own opener does for those schemes.
@@ -92,14 +105,38 @@ func (c *conn311) connect(ctx context.Context) error {
 	}
 	if err := tok.Error(); err != nil {
 		c.c.Disconnect(0)
+		if ct, ok := tok.(*paho.ConnectToken); ok && ct.ReturnCode() != 0 && ct.ReturnCode() < 0x80 {
+			err = &ReasonError{Code: connack311(ct.ReturnCode()), Packet: "CONNACK"}
+		}
 		return fmt.Errorf("mqtt: connect to %s: %w: %w (is the broker running, and are the address and credentials right?)",
 			c.broker, ErrNotConnected, err)
 	}
 	return nil
 }
 
-func (c *conn311) publish(topic string, payload []byte, retain bool) (token, error) {
-	tok := c.c.Publish(topic, qos, retain, payload)
+// token311 is a paho.mqtt.golang publish token. paho resends a publish
+// that was in flight when the connection was replaced, and completes the
+// original token without waiting for the new PUBACK: such a token proves
+// nothing, and its Error says so.
+type token311 struct {
+	paho.Token
+	c       *conn311
+	attempt uint64
+}
+
+func (t token311) Error() error {
+	if err := t.Token.Error(); err != nil {
+		return fmt.Errorf("%w: %w", transport.ErrUnknownOutcome, err)
+	}
+	if t.c.attempts.Load() != t.attempt {
+		return fmt.Errorf("%w: the connection was lost and re-established before the PUBACK", transport.ErrUnknownOutcome)
+	}
+	return nil
+}
+
+func (c *conn311) publish(_ context.Context, out *outbound) (token, error) {
+	attempt := c.attempts.Load()
+	tok := c.c.Publish(out.topic, c.qos, out.retain, out.payload)
 	select {
 	case <-tok.Done(): // done at once: refused without sending
 		if err := tok.Error(); errors.Is(err, paho.ErrNotConnected) {
@@ -107,13 +144,13 @@ func (c *conn311) publish(topic string, payload []byte, retain bool) (token, err
 		}
 	default:
 	}
-	return tok, nil
+	return token311{Token: tok, c: c, attempt: attempt}, nil
 }
 
-func (c *conn311) subscribe(ctx context.Context, filters []string) ([]bool, error) {
+func (c *conn311) subscribe(ctx context.Context, filters []string) ([]error, error) {
 	want := make(map[string]byte, len(filters))
 	for _, f := range filters {
-		want[f] = qos
+		want[f] = c.qos
 	}
 	tok := c.c.SubscribeMultiple(want, nil)
 	select {
@@ -124,15 +161,16 @@ func (c *conn311) subscribe(ctx context.Context, filters []string) ([]bool, erro
 	if err := tok.Error(); err != nil {
 		return nil, err
 	}
-	granted := make([]bool, len(filters))
+	refused := make([]error, len(filters))
 	if st, ok := tok.(*paho.SubscribeToken); ok {
 		res := st.Result()
 		for i, f := range filters {
-			code, ok := res[f]
-			granted[i] = ok && code != 0x80 // 0x80: the broker refused it
+			if code, ok := res[f]; !ok || code == 0x80 { // 0x80: the broker refused it
+				refused[i] = &ReasonError{Code: 0x80, Packet: "SUBACK"}
+			}
 		}
 	}
-	return granted, nil
+	return refused, nil
 }
 
 func (c *conn311) unsubscribe(ctx context.Context, filters []string) error {
@@ -146,6 +184,8 @@ func (c *conn311) unsubscribe(ctx context.Context, filters []string) error {
 }
 
 func (c *conn311) up() bool { return c.c.IsConnectionOpen() }
+
+func (c *conn311) maxPacket() int { return 0 }
 
 func (c *conn311) disconnect(quiesce time.Duration) {
 	c.c.Disconnect(uint(max(quiesce, 0).Milliseconds()))

@@ -95,8 +95,9 @@ func (t *Transport) openDLQ(ctx context.Context, topic string, msgs chan inbound
 	}
 	s := &dlqSession{t: t, id: id, msgs: msgs, done: make(chan struct{}), topic: topic}
 	s.c = t.dial(connSpec{
-		clientID:  id,
-		manualAck: true,
+		clientID:      id,
+		manualAck:     true,
+		sessionExpiry: t.sessionExpiry(),
 		onMessage: func(pm inbound) {
 			if s.msgs == nil {
 				return // not acked: stays in the session
@@ -111,9 +112,11 @@ func (t *Transport) openDLQ(ctx context.Context, topic string, msgs chan inbound
 		t.release(id)
 		return nil, fmt.Errorf("mqtt: dlq %s: %w", topic, err)
 	}
-	granted, err := s.c.subscribe(ctx, []string{topic})
-	if err == nil && !granted[0] {
-		err = fmt.Errorf("the broker refused the subscription (SUBACK 0x80)")
+	sctx, cancel := t.bound(ctx)
+	refused, err := s.c.subscribe(sctx, []string{topic})
+	cancel()
+	if err == nil && refused[0] != nil {
+		err = fmt.Errorf("the broker refused the subscription: %w", refused[0])
 	}
 	if err != nil {
 		s.close(ctx)
@@ -144,11 +147,14 @@ func (s *dlqSession) next(ctx context.Context) (inbound, error) {
 	}
 }
 
-// decodeDeadLetter turns a DLQ payload into a Message: an envelope as
-// written by dead-lettering, or (written by another client) raw bytes.
+// decodeDeadLetter turns a DLQ message into a Message: as written by
+// dead-lettering (properties, or an envelope), or (written by another
+// client) raw bytes with the properties it has.
 func (t *Transport) decodeDeadLetter(dlq string, pm inbound) *handler.Message {
 	m := &handler.Message{Topic: dlq}
-	if _, _, err := decodeEnvelope(pm.Payload(), m); err != nil {
+	if t.headerFormat() == Properties {
+		decodeProps(pm.Props(), pm.Topic(), pm.Payload(), m, ContentHash, TopicKey)
+	} else if _, _, err := decodeEnvelope(pm.Payload(), m); err != nil {
 		m.ID, m.Key, m.Payload, m.Headers = ContentHash(pm.Topic(), pm.Payload()), pm.Topic(), pm.Payload(), nil
 	}
 	m.SetFacts(handler.Facts{Attempt: 1, Transport: Scheme, Partition: -1, Offset: -1, ReceivedAt: time.Now()})
@@ -255,7 +261,7 @@ func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Repla
 			back.Headers = make(map[string]string, 1)
 		}
 		back.Headers[headerPass] = pass
-		if err := t.sendEnvelope(ctx, back, false); err != nil {
+		if err := t.publishAs(ctx, back, false, false); err != nil {
 			return n, fmt.Errorf("mqtt: replay dlq %s: put back %s: %w", dlq, m.ID, err)
 		}
 		pm.Ack()

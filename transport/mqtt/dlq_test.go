@@ -12,16 +12,21 @@ import (
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
-// TestMalformedEnvelopeGoesToDLQ: on an envelope subscription, a raw
-// device payload is not handed to the consumer; it lands in the
-// subscription's DLQ with the error context, and the next good message is
-// delivered. ListDLQ shows it without removing it; ReplayDLQ replays it.
+// TestMalformedEnvelopeGoesToDLQ: on an envelope subscription (the
+// default of MQTT 3.1.1; format=envelope on MQTT 5), a raw device payload
+// is not handed to the consumer; it lands in the subscription's DLQ with
+// the error context, and the next good message is delivered. ListDLQ
+// shows it without removing it; ReplayDLQ replays it.
 func TestMalformedEnvelopeGoesToDLQ(t *testing.T) {
+	eachProtocol(t, testMalformedEnvelopeGoesToDLQ)
+}
+
+func testMalformedEnvelopeGoesToDLQ(t *testing.T, p protocol) {
 	r := shared(t)
 	topic := "ferry-test/" + transporttest.UniqueName(t, "env")
 	dlq := mqtt.DLQTopic(transporttest.UniqueName(t, "dlq"))
-	env := r.open(t)
-	raw := r.open(t, mqtt.PayloadFormat(mqtt.Raw))
+	env := r.open(t, p.opt(), mqtt.PayloadFormat(mqtt.Envelope))
+	raw := r.open(t, p.opt(), mqtt.PayloadFormat(mqtt.Raw))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st, err := env.Subscribe(ctx, transport.Subscription{Topic: topic, Consumer: transporttest.UniqueName(t, "c"),

@@ -47,6 +47,9 @@ func checkEnvelope(m *handler.Message) error {
 		return fmt.Errorf("%w: Message.Key is not valid UTF-8, which the JSON envelope cannot carry byte for byte", ErrInvalidMessage)
 	}
 	for k, v := range m.Headers {
+		if k == HeaderMessageExpiry || k == HeaderPayloadFormat {
+			return fmt.Errorf("%w: header %q is an MQTT 5 publish option, which the envelope cannot apply: use MQTT 5 with format=properties (the default)", ErrInvalidMessage, k)
+		}
 		if !utf8.ValidString(k) {
 			return fmt.Errorf("%w: a header name is not valid UTF-8, which the JSON envelope cannot carry byte for byte", ErrInvalidMessage)
 		}

@@ -26,9 +26,11 @@ type gapTracker struct {
 	n    int                          // entries in last
 }
 
-// see records number seq of pub on topic, and reports a gap before it.
-// pub may be a slice of the message; it is copied only when new.
-func (g *gapTracker) see(s *stream, pub []byte, topic string, seq uint64, retained bool) {
+// seeGap records, in s's tracker, number seq of pub on topic, and
+// reports a gap before it. pub may be a slice of the message; it is
+// copied only when new.
+func seeGap[P string | []byte](s *stream, pub P, topic string, seq uint64, retained bool) {
+	g := &s.gaps
 	topics := g.last[string(pub)] // no allocation
 	last, ok := topics[topic]
 	switch {

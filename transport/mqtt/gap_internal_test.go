@@ -39,7 +39,7 @@ func TestGapTracker(t *testing.T) {
 		{"p", "b", 51, false, 3}, // next
 		{"q", "a", 12, false, 5}, // 10, 11 missing
 	} {
-		s.gaps.see(s, []byte(c.pub), c.topic, c.seq, c.retained)
+		seeGap(s, []byte(c.pub), c.topic, c.seq, c.retained)
 		if got := s.t.missing.Load(); got != c.missing {
 			t.Fatalf("after %+v: missing %d, want %d", c, got, c.missing)
 		}

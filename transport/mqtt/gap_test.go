@@ -15,19 +15,26 @@ import (
 
 // TestGapDetected: on a private Mosquitto with max_queued_messages 10, a
 // consumer that falls behind loses messages to the broker, silently as far
-// as MQTT goes. The envelope's sequence numbers make the stream see it:
-// it logs the gap at level Error and Transport.Missing counts exactly the
-// messages that never arrived.
+// as MQTT goes. The sequence numbers (in the envelope on MQTT 3.1.1, in
+// user properties on MQTT 5) make the stream see it: it logs the gap at
+// level Error and Transport.Missing counts exactly the messages that
+// never arrived.
 func TestGapDetected(t *testing.T) {
+	eachProtocol(t, testGapDetected)
+}
+
+func testGapDetected(t *testing.T, p protocol) {
 	b := startPrivateBroker(t, "max_queued_messages 10")
 	r := newReaper(t, b.addr())
 	rec := &logRecorder{}
-	cons := r.open(t, mqtt.WithLogger(slog.New(rec)))
-	pub := r.open(t)
+	cons := r.open(t, p.opt(), mqtt.WithLogger(slog.New(rec)))
+	pub := r.open(t, p.opt())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	topic := "gap/" + transporttest.UniqueName(t, "t")
-	st, err := cons.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "behind"})
+	// MaxInFlight 20 is the MQTT 5 Receive Maximum; Mosquitto's
+	// max_inflight_messages (20) is MQTT 3.1.1's window.
+	st, err := cons.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "behind", MaxInFlight: 20})
 	if err != nil {
 		t.Fatal(err)
 	}

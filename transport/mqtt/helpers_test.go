@@ -275,3 +275,23 @@ func (l *logRecorder) attr(text, key string) (slog.Value, bool) {
 	}
 	return slog.Value{}, false
 }
+
+// protocol is one MQTT version the tests run on.
+type protocol struct {
+	name string // the subtest name: "mqtt5" or "mqtt311"
+	v    mqtt.Version
+}
+
+// protocols are both versions this transport speaks.
+var protocols = []protocol{{"mqtt5", mqtt.MQTT5}, {"mqtt311", mqtt.MQTT311}}
+
+// opt is the Option that selects p.
+func (p protocol) opt() mqtt.Option { return mqtt.Protocol(p.v) }
+
+// eachProtocol runs f as a subtest per protocol version.
+func eachProtocol(t *testing.T, f func(t *testing.T, p protocol)) {
+	t.Helper()
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) { f(t, p) })
+	}
+}

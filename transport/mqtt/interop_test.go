@@ -20,11 +20,16 @@ import (
 
 // TestInteropMosquittoPub: readings published with mosquitto_pub on a
 // device topic are handled by a Router, raw, with the ID read from the JSON
-// and the device ID (a topic level) as Key, in order per device.
+// and the device ID (a topic level) as Key, in order per device, on both
+// protocols.
 func TestInteropMosquittoPub(t *testing.T) {
+	eachProtocol(t, testInteropMosquittoPub)
+}
+
+func testInteropMosquittoPub(t *testing.T, p protocol) {
 	r := shared(t)
 	pubBin := requireBinary(t, "mosquitto_pub")
-	tr := r.open(t, mqtt.PayloadFormat(mqtt.Raw), mqtt.IDFrom(mqtt.IDFunc(mqtt.JSONField("id"))), mqtt.KeyFrom(mqtt.TopicLevel(3)))
+	tr := r.open(t, p.opt(), mqtt.PayloadFormat(mqtt.Raw), mqtt.IDFrom(mqtt.IDFunc(mqtt.JSONField("id"))), mqtt.KeyFrom(mqtt.TopicLevel(3)))
 	site := transporttest.UniqueName(t, "site")
 
 	var mu sync.Mutex
@@ -80,9 +85,9 @@ func TestInteropMosquittoPub(t *testing.T) {
 	}
 }
 
-// TestInteropMosquittoSub: what Ferry publishes, raw and in the envelope,
-// mosquitto_sub receives: raw bytes as they were, and the envelope as the
-// documented JSON.
+// TestInteropMosquittoSub: what Ferry publishes on MQTT 3.1.1, raw and in
+// the envelope, mosquitto_sub receives: raw bytes as they were, and the
+// envelope as the documented JSON.
 func TestInteropMosquittoSub(t *testing.T) {
 	r := shared(t)
 	subBin := requireBinary(t, "mosquitto_sub")
@@ -94,8 +99,8 @@ func TestInteropMosquittoSub(t *testing.T) {
 	if out, err := exec.Command(subBin, append(args, "-E")...).CombinedOutput(); err != nil {
 		t.Fatalf("mosquitto_sub -E: %v: %s", err, out)
 	}
-	raw := r.open(t, mqtt.PayloadFormat(mqtt.Raw))
-	env := r.open(t)
+	raw := r.open(t, mqtt.Protocol(mqtt.MQTT311), mqtt.PayloadFormat(mqtt.Raw))
+	env := r.open(t, mqtt.Protocol(mqtt.MQTT311))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := raw.Publish(ctx, &handler.Message{Topic: topic, Payload: []byte(`{"celsius":21.5}`)}); err != nil {

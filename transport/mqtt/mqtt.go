@@ -71,7 +71,9 @@ type Transport struct {
 	watch   watchState // the publishing connection's watch of the claims (session.go)
 
 	closed  atomic.Bool
+	closing chan struct{} // closed by Close once the publishing connection is down
 	closeMu sync.Mutex
+	async   asyncQueue // PublishAsync's completer (async.go)
 
 	mu       sync.Mutex
 	streams  map[*stream]struct{}
@@ -116,6 +118,7 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 		broker:   server,
 		pubID:    randomSuffix() + randomSuffix(),
 		conn:     newConnState(),
+		closing:  make(chan struct{}),
 		streams:  make(map[*stream]struct{}),
 		held:     make(map[string]struct{}),
 		sessions: make(map[string]struct{}),
@@ -127,11 +130,11 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 		id = "ferry-pub-" + randomSuffix()
 	}
 	t.pub = t.dial(connSpec{
-		clientID:  id,
-		clean:     true,
-		reconnect: true,
-		onMessage: t.onClaimMessage,
-		onAttempt: func() { t.conn.attempts.Add(1) }, // before any publish is resent on the new connection
+		clientID:      id,
+		clean:         true,
+		reconnect:     true,
+		sessionExpiry: pubSessionExpiry,
+		onMessage:     t.onClaimMessage,
 		onUp: func() {
 			t.conn.up()
 			t.rewatch()
@@ -146,6 +149,22 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 		return nil, err
 	}
 	return t, nil
+}
+
+// pubSessionExpiry is the MQTT 5 Session Expiry Interval of the
+// publishing connection, in seconds: a publish in flight when the
+// connection is lost is resent in the resumed session after a reconnect
+// within it, and its acknowledgement then completes the Publish. Close
+// ends the session.
+const pubSessionExpiry = 300
+
+// sessionExpiry is the MQTT 5 Session Expiry Interval of persistent
+// sessions, in seconds.
+func (t *Transport) sessionExpiry() uint32 {
+	if t.cfg.sessionExpiry == NoExpiry {
+		return 0xFFFFFFFF
+	}
+	return uint32(t.cfg.sessionExpiry / time.Second)
 }
 
 // randomSuffix returns 8 random hex digits.
@@ -203,6 +222,7 @@ func (t *Transport) Close(ctx context.Context) error {
 	}
 	t.conn.close()
 	t.pub.disconnect(quiesce(ctx))
+	close(t.closing)
 	return errors.Join(errs...)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,13 @@ const (
 	DefaultMaxReconnectInterval = 10 * time.Second // see [MaxReconnectInterval]
 	DefaultDLQPrefix            = "ferry/dlq/"     // see [DLQPrefix]
 	DefaultMaxPayload           = 1 << 20          // 1 MiB; see [MaxPayload]
+	DefaultCallTimeout          = 30 * time.Second // see [CallTimeout]
+	DefaultReceiveMaximum       = 1024             // see [Transport.Subscribe]: Subscription.MaxInFlight
+
+	// NoExpiry is the default [SessionExpiry]: a persistent session is
+	// kept until it is removed (MQTT 5 Session Expiry Interval
+	// 0xFFFFFFFF), as MQTT 3.1.1 keeps one.
+	NoExpiry time.Duration = -1
 
 	// ProtocolMaxPayload is the largest MQTT payload: the protocol's
 	// 268,435,455-byte packet limit less room for the topic and the
@@ -26,16 +34,42 @@ const (
 	ProtocolMaxPayload = 268435455 - 64*1024
 )
 
-// Format is how a Message travels in an MQTT payload. MQTT 3.1.1 has no
-// headers, so only the envelope carries Message.ID, Key and Headers.
+// Version is the MQTT protocol version a Transport speaks: [MQTT5] (the
+// default) or [MQTT311].
+type Version int
+
+const (
+	// MQTT5 is MQTT 5.0, on github.com/eclipse/paho.golang (autopaho):
+	// Message.ID, Key and headers travel as user properties, next to the
+	// payload, byte for byte. URL: protocol=5 (the default).
+	MQTT5 Version = 5
+	// MQTT311 is MQTT 3.1.1, on github.com/eclipse/paho.mqtt.golang, for
+	// brokers and devices that do not speak MQTT 5: no properties, so ID,
+	// Key and headers need the [Envelope]. URL: protocol=3.1.1.
+	MQTT311 Version = 4
+)
+
+// String returns the URL spelling: "5" or "3.1.1".
+func (v Version) String() string {
+	if v == MQTT311 {
+		return "3.1.1"
+	}
+	return strconv.Itoa(int(v))
+}
+
+// Format is how a Message travels in an MQTT message. MQTT 5 carries
+// Message.ID, Key and Headers in properties ([Properties], its default);
+// MQTT 3.1.1 has no properties, so only the envelope carries them
+// ([Envelope], its default).
 type Format int
 
 const (
-	// Envelope (the default): the payload is a small JSON document carrying
-	// ID, Key, Headers, the Payload and a per-publisher sequence number (see
-	// the package documentation, "Wire format"). A consumer gets back
-	// exactly what was published, dedupe works on the ID, per-key order on
-	// the Key, and a consumer sees when the broker dropped messages.
+	// Envelope (the default with MQTT 3.1.1): the payload is a small JSON
+	// document carrying ID, Key, Headers, the Payload and a per-publisher
+	// sequence number (see the package documentation, "Wire format"). A
+	// consumer gets back exactly what was published, dedupe works on the
+	// ID, per-key order on the Key, and a consumer sees when the broker
+	// dropped messages.
 	Envelope Format = iota
 	// Raw: the payload is the Message's Payload, byte for byte, as a
 	// device sends it. ID, Key and Headers do not travel: a subscriber
@@ -43,12 +77,24 @@ const (
 	// Publish refuses a Message whose ID or Key differ from what those
 	// return, or that has headers. Use it for foreign devices.
 	Raw
+	// Properties (the default with MQTT 5): the payload is the Message's
+	// Payload, byte for byte, and ID, Key and Headers travel as MQTT 5
+	// user properties ("ferry-id", "ferry-key", and each header under its
+	// own name), with the sequence number ("ferry-pub", "ferry-seq"). A few
+	// headers map onto MQTT 5 properties instead (see the package
+	// documentation, "MQTT 5 properties"). A message without "ferry-id"
+	// (a device, mosquitto_pub) gets its ID and Key from [IDFrom] and
+	// [KeyFrom], and its user properties as headers. MQTT 5 only.
+	Properties
 )
 
-// String returns the URL spelling: "envelope" or "raw".
+// String returns the URL spelling: "envelope", "raw" or "properties".
 func (f Format) String() string {
-	if f == Raw {
+	switch f {
+	case Raw:
 		return "raw"
+	case Properties:
+		return "properties"
 	}
 	return "envelope"
 }
@@ -76,7 +122,14 @@ type config struct {
 	connectTimeout time.Duration
 	maxReconnect   time.Duration
 	retain         bool
+	version        Version
+	qos            byte
 	format         Format
+	formatSet      bool
+	sessionExpiry  time.Duration
+	callTimeout    time.Duration
+	plaintextAuth  bool
+	window         int
 	idFunc         IDFunc
 	keyFunc        KeyFunc
 	dlqPrefix      string
@@ -91,6 +144,11 @@ func defaultConfig() config {
 		keepAlive:      DefaultKeepAlive,
 		connectTimeout: DefaultConnectTimeout,
 		maxReconnect:   DefaultMaxReconnectInterval,
+		version:        MQTT5,
+		qos:            1,
+		sessionExpiry:  NoExpiry,
+		callTimeout:    DefaultCallTimeout,
+		window:         transport.DefaultWindow,
 		idFunc:         ContentHash,
 		keyFunc:        TopicKey,
 		dlqPrefix:      DefaultDLQPrefix,
@@ -123,12 +181,30 @@ func (c *config) validate() {
 		c.fail("DLQPrefix(%q) must be a topic prefix ending in '/' without wildcards", c.dlqPrefix)
 	case c.maxPayload < 1 || c.maxPayload > ProtocolMaxPayload:
 		c.fail("MaxPayload(%d) must be between 1 and %d", c.maxPayload, ProtocolMaxPayload)
-	case c.format != Envelope && c.format != Raw:
-		c.fail("PayloadFormat(%d) is not Raw or Envelope", c.format)
+	case c.version != MQTT5 && c.version != MQTT311:
+		c.fail("Protocol(%d) is not MQTT5 or MQTT311", c.version)
+	case c.qos != 1 && c.qos != 2:
+		c.fail("QoS(%d) must be 1 or 2", c.qos)
+	case c.format != Envelope && c.format != Raw && c.format != Properties:
+		c.fail("PayloadFormat(%d) is not Properties, Envelope or Raw", c.format)
+	case c.format == Properties && c.version == MQTT311:
+		c.fail("PayloadFormat(Properties) needs MQTT 5: MQTT 3.1.1 has no properties (use the envelope, the default with protocol=3.1.1)")
+	case c.sessionExpiry != NoExpiry && (c.sessionExpiry < time.Second || c.sessionExpiry > maxSessionExpiry):
+		c.fail("SessionExpiry(%v) must be NoExpiry or between 1s and %v", c.sessionExpiry, maxSessionExpiry)
+	case c.sessionExpiry != NoExpiry && c.version == MQTT311:
+		c.fail("SessionExpiry needs MQTT 5: MQTT 3.1.1 sessions expire only by the broker's persistent_client_expiration")
+	case c.callTimeout <= 0:
+		c.fail("CallTimeout(%v) must be positive", c.callTimeout)
 	case (c.certFile == "") != (c.keyFile == ""):
 		c.fail("ClientCert needs both a certificate and a key file")
 	case c.tls != nil && (c.caFile != "" || c.certFile != ""):
 		c.fail("TLSConfig cannot be combined with CAFile or ClientCert: put them in the tls.Config")
+	}
+	if !c.formatSet {
+		c.format = Envelope
+		if c.version == MQTT5 {
+			c.format = Properties
+		}
 	}
 	if c.err != nil || c.tls != nil || (c.caFile == "" && c.certFile == "") {
 		return
@@ -175,7 +251,10 @@ func ClientID(id string) Option {
 
 // Credentials sets the username and password sent in CONNECT. The default
 // is none (anonymous). In a URL they are the user information:
-// mqtt://user:password@host. They never appear in errors or logs.
+// mqtts://user:password@host. They never appear in errors or logs. Over
+// a connection without TLS they are refused unless [AllowPlaintextAuth]
+// is given. A broker that refuses them makes New fail with an error
+// wrapping [ErrBadCredentials] (or [ErrNotAuthorized]).
 func Credentials(username, password string) Option {
 	return optionFunc(func(c *config) { c.username, c.password = username, password })
 }
@@ -236,15 +315,80 @@ func Retain(on bool) Option {
 	return optionFunc(func(c *config) { c.retain = on })
 }
 
-// PayloadFormat sets how Messages travel in MQTT payloads, for publishing
-// and subscribing alike: [Envelope] (the default: ID, Key and Headers
-// travel, with a sequence number that reveals messages the broker dropped)
-// or [Raw] (the bare payload, what devices send). Both sides of a topic
-// must agree; on an Envelope subscription a payload that is not an
-// envelope is a permanent error and goes to the DLQ. URL key:
-// format=envelope|raw.
+// PayloadFormat sets how Messages travel in MQTT messages, for publishing
+// and subscribing alike: [Properties] (the default with MQTT 5: the
+// payload as it is, ID, Key and Headers in user properties), [Envelope]
+// (the default with MQTT 3.1.1: a JSON document carrying them) or [Raw]
+// (the bare payload, what devices send, nothing else). ID, Key and
+// Headers travel with the first two, with a sequence number that reveals
+// messages the broker dropped. Both sides of a topic must agree; on an
+// Envelope subscription a payload that is not an envelope is a permanent
+// error and goes to the DLQ. A Properties subscription reads messages
+// without properties (devices) as Raw does. URL key:
+// format=properties|envelope|raw.
 func PayloadFormat(f Format) Option {
-	return optionFunc(func(c *config) { c.format = f })
+	return optionFunc(func(c *config) { c.format, c.formatSet = f, true })
+}
+
+// Protocol sets the MQTT protocol version: [MQTT5] (the default) or
+// [MQTT311], for brokers and devices that do not speak MQTT 5. It also
+// sets the default [PayloadFormat]: [Properties] with MQTT 5, [Envelope]
+// with MQTT 3.1.1, so that Message.ID, Key and headers travel on either.
+// URL key: protocol=5|3.1.1.
+func Protocol(v Version) Option {
+	return optionFunc(func(c *config) { c.version = v })
+}
+
+// QoS sets the MQTT quality of service of every publish and subscription:
+// 1 (the default: at least once, PUBACK) or 2 (exactly once between the
+// client and the broker: PUBREC, PUBREL, PUBCOMP). With 2, a publish
+// whose connection is lost and resumed is not duplicated at the broker,
+// and a subscriber's acknowledgement (PUBREC, sent after the handler, as
+// PUBACK is at QoS 1) is not followed by a redelivery; it costs two more
+// packets per message. Delivery to the handler stays at least once: a
+// crash before the acknowledgement redelivers. URL key: qos=1|2.
+func QoS(q int) Option {
+	return optionFunc(func(c *config) {
+		if q != 1 && q != 2 {
+			c.fail("QoS(%d) must be 1 or 2", q)
+			return
+		}
+		c.qos = byte(q)
+	})
+}
+
+// maxSessionExpiry is the longest finite MQTT 5 Session Expiry Interval.
+const maxSessionExpiry = time.Duration(0xFFFFFFFE) * time.Second
+
+// SessionExpiry sets the MQTT 5 Session Expiry Interval of the persistent
+// sessions of subscriptions and DLQs: how long the broker keeps a session
+// (its subscription and the messages queued for it) after its client
+// disconnects. The default, [NoExpiry], keeps it until it is removed
+// ([Transport.RemoveSession], [RemoveSessionsOnClose]), like MQTT 3.1.1's
+// persistent sessions; a consumer away longer than a finite expiry loses
+// what was queued for it. MQTT 5 only. URL key: session_expiry (a Go
+// duration, whole seconds, "24h").
+func SessionExpiry(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.sessionExpiry = d })
+}
+
+// CallTimeout bounds each request the broker answers when the caller's
+// context has no earlier deadline: a publish's acknowledgement (after
+// which Publish reports [transport.ErrUnknownOutcome]), a subscription,
+// an unsubscription. Connecting is bounded by [ConnectTimeout]. The
+// default is 30s. URL key: call_timeout.
+func CallTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.callTimeout = d })
+}
+
+// AllowPlaintextAuth lets a Transport send a username and password over
+// plain TCP (mqtt:// without TLS), where anyone on the path can read
+// them. Without it, [Credentials] (or user information in the URL) on a
+// connection without TLS is an error from New: use mqtts:// or a
+// [TLSConfig]. Use it only on a loopback or otherwise trusted network.
+// URL key: allow_plaintext_auth=true.
+func AllowPlaintextAuth() Option {
+	return optionFunc(func(c *config) { c.plaintextAuth = true })
 }
 
 // IDFrom sets how a subscriber computes Message.ID from a raw payload. The

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unicode/utf8"
+	"time"
+
+	paho5 "github.com/eclipse/paho.golang/paho"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
@@ -16,27 +18,38 @@ import (
 // mqttMaxPacket is MQTT's largest packet body, in bytes.
 const mqttMaxPacket = 268435455
 
-// Publish publishes m to the topic m.Topic at QoS 1 and returns once the
-// broker has sent its PUBACK. In the [Envelope] (the default) ID, Key,
-// Headers and Payload travel, with this Transport's next sequence number
-// for the topic; with [Raw] only the Payload does. Publishing to a DLQ
-// topic (see [DLQPrefix]) always uses the envelope and first makes sure
-// the DLQ's persistent session exists.
+// Publish publishes m to the topic m.Topic at the Transport's [QoS] (1
+// by default) and returns once the broker has acknowledged it (PUBACK;
+// PUBCOMP at QoS 2). With [Properties] (the MQTT 5 default) the payload
+// travels as it is and ID, Key and Headers as user properties; in the
+// [Envelope] (the MQTT 3.1.1 default) all of them travel in a JSON
+// document; both carry this Transport's next sequence number for the
+// topic. With [Raw] only the Payload travels. Publishing to a DLQ topic
+// (see [DLQPrefix]) always carries the headers (properties, or the
+// envelope on MQTT 3.1.1) and first makes sure the DLQ's persistent
+// session exists.
 //
 // A Message its consumer would not get back byte for byte is refused
-// before anything is sent, with an error wrapping [ErrInvalidMessage]: in
-// the envelope, an empty ID, or an ID, Key or header that is not valid
-// UTF-8; with Raw, headers, or an ID or Key other than what [IDFrom] and
-// [KeyFrom] compute (an empty ID or Key is fine: the consumer computes
-// them). A Payload over [MaxPayload] is refused with
-// [transport.ErrTooLarge].
+// before anything is sent, with an error wrapping [ErrInvalidMessage]
+// that names the field: an empty ID; with Properties, text an MQTT broker
+// refuses in a property (invalid UTF-8, NUL, control characters,
+// non-characters), a reserved header name, or a property header
+// ([HeaderMessageExpiry] and the others) with a value its property cannot
+// carry; in the envelope, text that is not valid UTF-8; with Raw,
+// headers, or an ID or Key other than what [IDFrom] and [KeyFrom] compute
+// (an empty ID or Key is fine: the consumer computes them). A Payload
+// over [MaxPayload], or a message over the broker's Maximum Packet Size,
+// is refused with [transport.ErrTooLarge].
 //
-// While the connection is down, Publish waits for it to come back, bounded
-// by ctx: if ctx ends first, nothing was sent and the error wraps
-// [ErrNotConnected] and ctx.Err(). Once the message is handed to the
-// connection, a ctx that ends before the PUBACK gives an error wrapping
-// [transport.ErrUnknownOutcome] and ctx.Err(): the client may still send it
-// after a reconnect. Publish may be called concurrently; publishes to one
+// While the connection is down, Publish waits for it to come back,
+// bounded by ctx and the [CallTimeout]: if they end first, nothing was
+// sent and the error wraps [ErrNotConnected] and the context's error.
+// Once the message is handed to the connection, an end before the
+// acknowledgement gives an error wrapping [transport.ErrUnknownOutcome]:
+// the client may still send it after a reconnect. A broker that refuses
+// the message (an MQTT 5 reason code: [ErrNotAuthorized],
+// [ErrQuotaExceeded], …) gives an error wrapping a [*ReasonError]: it was
+// not written. Publish may be called concurrently; publishes to one
 // topic leave in the order their sequence numbers were given.
 func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
 	return t.publish(ctx, m, t.cfg.retain)
@@ -50,32 +63,152 @@ func (t *Transport) PublishRetained(ctx context.Context, m *handler.Message) err
 	return t.publish(ctx, m, true)
 }
 
+// bound returns ctx with the CallTimeout as a deadline, unless it ends
+// sooner.
+func (t *Transport) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= t.cfg.callTimeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, t.cfg.callTimeout)
+}
+
 func (t *Transport) publish(ctx context.Context, m *handler.Message, retain bool) error {
+	return t.publishAs(ctx, m, retain, true)
+}
+
+// publishAs is publish; ensure says whether to make sure a DLQ topic's
+// session exists first (ReplayDLQ, which holds it open, does not).
+func (t *Transport) publishAs(ctx context.Context, m *handler.Message, retain, ensure bool) error {
+	ctx, cancel := t.bound(ctx)
+	defer cancel()
+	p, err := t.prepare(ctx, m, retain, ensure)
+	if err != nil {
+		return err
+	}
+	tok, attemptErr := p.send(ctx)
+	return t.await(ctx, m.Topic, tok, attemptErr)
+}
+
+// prepared is a message checked and encoded for sending, but for its
+// sequence number.
+type prepared struct {
+	t      *Transport
+	out    outbound
+	env    []byte // the envelope up to the sequence number, or nil
+	seqd   bool   // takes a sequence number
+	format Format
+}
+
+// prepare checks and encodes m as Publish says, and makes sure a DLQ's
+// session exists if ensure is set.
+func (t *Transport) prepare(ctx context.Context, m *handler.Message, retain, ensure bool) (*prepared, error) {
 	if t.closed.Load() {
-		return fmt.Errorf("mqtt: publish %s: %w", m.Topic, transport.ErrClosed)
+		return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, transport.ErrClosed)
 	}
 	if err := validTopic(m.Topic); err != nil {
-		return fmt.Errorf("mqtt: publish: %w: %w", ErrInvalidMessage, err)
+		return nil, fmt.Errorf("mqtt: publish: %w: %w", ErrInvalidMessage, err)
 	}
 	if len(m.Payload) > t.cfg.maxPayload {
-		return fmt.Errorf("mqtt: publish %s: %w: %d bytes, the limit is %d (MaxPayload)", m.Topic, transport.ErrTooLarge, len(m.Payload), t.cfg.maxPayload)
+		return nil, fmt.Errorf("mqtt: publish %s: %w: %d bytes, the limit is %d (MaxPayload)", m.Topic, transport.ErrTooLarge, len(m.Payload), t.cfg.maxPayload)
 	}
 	dlq := t.isDLQ(m.Topic)
-	if !dlq && t.cfg.format == Raw {
+	p := &prepared{t: t, out: outbound{topic: m.Topic, retain: retain}, format: t.cfg.format}
+	if dlq && p.format == Raw {
+		p.format = t.headerFormat()
+	}
+	switch p.format {
+	case Raw:
 		if err := t.checkRaw(m); err != nil {
-			return fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
+			return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
 		}
-		return t.send(ctx, m.Topic, m.Payload, retain)
+		p.out.payload = m.Payload
+		return p, t.checkSize(p, 0)
+	case Properties:
+		if err := checkProps(m); err != nil {
+			return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
+		}
+		p.out.payload = m.Payload
+		p.out.props = encodeProps(m, t.pubID, dlq)
+	default:
+		if err := checkEnvelope(m); err != nil {
+			return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
+		}
+		p.env = appendEnvelope(make([]byte, 0, envelopeSize(m, t.pubID)+20), m, t.pubID)
 	}
-	if err := checkEnvelope(m); err != nil {
-		return fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
+	p.seqd = true
+	if err := t.checkSize(p, propsSize(p.out.props)); err != nil {
+		return nil, err
 	}
-	if dlq {
+	if dlq && ensure {
 		if err := t.ensureDLQ(ctx, m.Topic); err != nil {
-			return fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
+			return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
 		}
 	}
-	return t.sendEnvelope(ctx, m, retain)
+	return p, nil
+}
+
+// headerFormat is the format that carries headers on this protocol: what
+// dead letters travel in.
+func (t *Transport) headerFormat() Format {
+	if t.cfg.version == MQTT311 || t.cfg.format == Envelope {
+		return Envelope
+	}
+	return Properties
+}
+
+// checkSize refuses a message over MQTT's packet limit, or over the
+// broker's Maximum Packet Size when it announced one.
+func (t *Transport) checkSize(p *prepared, props int) error {
+	n := len(p.out.topic) + 32 + props + len(p.out.payload) + len(p.env)
+	limit := mqttMaxPacket
+	if mp := t.pub.maxPacket(); mp > 0 {
+		limit = mp
+	}
+	if n > limit {
+		return fmt.Errorf("mqtt: publish %s: %w: the message is about %d bytes, over the broker's packet limit of %d", p.out.topic, transport.ErrTooLarge, n, limit)
+	}
+	return nil
+}
+
+// propsSize estimates the encoded size of p.
+func propsSize(p *paho5.PublishProperties) int {
+	if p == nil {
+		return 0
+	}
+	n := 24 + len(p.ContentType) + len(p.ResponseTopic) + len(p.CorrelationData)
+	for _, u := range p.User {
+		n += 5 + len(u.Key) + len(u.Value)
+	}
+	return n
+}
+
+// send waits for the publishing connection and hands the message to it,
+// with the topic's next sequence number if it takes one.
+func (p *prepared) send(ctx context.Context) (token, error) {
+	t := p.t
+	if err := t.wait(ctx, p.out.topic); err != nil {
+		return nil, err
+	}
+	if !p.seqd {
+		return t.pub.publish(ctx, &p.out)
+	}
+	ts, ok := t.seqs.Load(p.out.topic)
+	if !ok {
+		ts, _ = t.seqs.LoadOrStore(p.out.topic, new(topicSeq))
+	}
+	seq := ts.(*topicSeq)
+	seq.mu.Lock()
+	if p.env != nil {
+		p.out.payload = finishEnvelope(p.env, seq.last+1)
+	} else {
+		finishProps(p.out.props, seq.last+1)
+	}
+	tok, err := t.pub.publish(ctx, &p.out)
+	if err == nil {
+		seq.last++ // the number is used only if the message left
+	}
+	seq.mu.Unlock()
+	return tok, err
 }
 
 // checkRaw reports why m cannot travel raw byte for byte: only the payload
@@ -84,16 +217,16 @@ func (t *Transport) publish(ctx context.Context, m *handler.Message, retain bool
 func (t *Transport) checkRaw(m *handler.Message) error {
 	switch {
 	case len(m.Headers) > 0:
-		return fmt.Errorf("%w: format=raw carries no headers (%d given); use the envelope (the default)", ErrInvalidMessage, len(m.Headers))
+		return fmt.Errorf("%w: format=raw carries no headers (%d given); use the default format", ErrInvalidMessage, len(m.Headers))
 	case m.ID != "" && m.ID != t.cfg.idFunc(m.Topic, m.Payload):
-		return fmt.Errorf("%w: format=raw does not carry Message.ID, and the consumer's IDFrom computes another one from the topic and payload; leave ID empty or use the envelope (the default)", ErrInvalidMessage)
+		return fmt.Errorf("%w: format=raw does not carry Message.ID, and the consumer's IDFrom computes another one from the topic and payload; leave ID empty or use the default format", ErrInvalidMessage)
 	case m.Key != "" && m.Key != t.cfg.keyFunc(m.Topic, m.Payload):
-		return fmt.Errorf("%w: format=raw does not carry Message.Key, and the consumer's KeyFrom computes another one from the topic and payload; leave Key empty or use the envelope (the default)", ErrInvalidMessage)
+		return fmt.Errorf("%w: format=raw does not carry Message.Key, and the consumer's KeyFrom computes another one from the topic and payload; leave Key empty or use the default format", ErrInvalidMessage)
 	}
 	return nil
 }
 
-// topicSeq numbers one topic's envelopes from this Transport. mu is held
+// topicSeq numbers one topic's messages from this Transport. mu is held
 // from taking a number to handing the message to the connection, so that
 // publishes of one topic leave in number order and a consumer can tell a
 // gap (a message the broker dropped) from a reordering.
@@ -102,39 +235,13 @@ type topicSeq struct {
 	last uint64
 }
 
-// sendEnvelope publishes m's envelope with the topic's next sequence
-// number, waiting as Publish says.
-func (t *Transport) sendEnvelope(ctx context.Context, m *handler.Message, retain bool) error {
-	buf := appendEnvelope(make([]byte, 0, envelopeSize(m, t.pubID)+20), m, t.pubID)
-	if len(buf) > mqttMaxPacket-len(m.Topic)-24 {
-		return fmt.Errorf("mqtt: publish %s: %w: the envelope is %d bytes, over MQTT's packet limit", m.Topic, transport.ErrTooLarge, len(buf))
-	}
-	if err := t.wait(ctx, m.Topic); err != nil {
-		return err
-	}
-	ts, ok := t.seqs.Load(m.Topic)
-	if !ok {
-		ts, _ = t.seqs.LoadOrStore(m.Topic, new(topicSeq))
-	}
-	seq := ts.(*topicSeq)
-	seq.mu.Lock()
-	attempt := t.conn.attempts.Load()
-	tok, err := t.pub.publish(m.Topic, finishEnvelope(buf, seq.last+1), retain)
-	if err == nil {
-		seq.last++ // the number is used only if the message left
-	}
-	seq.mu.Unlock()
-	return t.await(ctx, m.Topic, tok, attempt, err)
-}
-
-// send publishes payload as it is, waiting as Publish says.
+// send publishes payload as it is, on topic, waiting as Publish says.
 func (t *Transport) send(ctx context.Context, topic string, payload []byte, retain bool) error {
-	if err := t.wait(ctx, topic); err != nil {
-		return err
-	}
-	attempt := t.conn.attempts.Load()
-	tok, err := t.pub.publish(topic, payload, retain)
-	return t.await(ctx, topic, tok, attempt, err)
+	ctx, cancel := t.bound(ctx)
+	defer cancel()
+	p := &prepared{t: t, out: outbound{topic: topic, payload: payload, retain: retain}}
+	tok, err := p.send(ctx)
+	return t.await(ctx, topic, tok, err)
 }
 
 // wait waits for the publishing connection, bounded by ctx.
@@ -148,41 +255,40 @@ func (t *Transport) wait(ctx context.Context, topic string) error {
 	return nil
 }
 
-// await waits for the PUBACK of a publish handed to the connection during
-// connection attempt number attempt; sendErr is conn.publish's error.
-func (t *Transport) await(ctx context.Context, topic string, tok token, attempt uint64, sendErr error) error {
-	if sendErr != nil {
+// await waits for the acknowledgement of a publish handed to the
+// connection; sendErr is send's error.
+func (t *Transport) await(ctx context.Context, topic string, tok token, sendErr error) error {
+	switch {
+	case sendErr == nil:
+	case errors.Is(sendErr, transport.ErrClosed), errors.Is(sendErr, ErrNotConnected):
+		return sendErr
+	case errors.Is(sendErr, errNotSent):
 		return fmt.Errorf("mqtt: publish %s: %w: %w", topic, ErrNotConnected, sendErr)
+	default:
+		return fmt.Errorf("mqtt: publish %s: %w", topic, sendErr)
 	}
 	select {
 	case <-tok.Done():
 		if err := tok.Error(); err != nil {
-			return fmt.Errorf("mqtt: publish %s: %w: %w", topic, transport.ErrUnknownOutcome, err)
-		}
-		if t.conn.attempts.Load() != attempt {
-			// The connection was replaced while the publish was in flight.
-			// paho then resends it and completes the original token without
-			// waiting for the new PUBACK, so the token proves nothing.
-			return fmt.Errorf("mqtt: publish %s: %w: the connection was lost and re-established before the PUBACK", topic, transport.ErrUnknownOutcome)
+			return fmt.Errorf("mqtt: publish %s: %w", topic, err)
 		}
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("mqtt: publish %s: no PUBACK: %w: %w", topic, transport.ErrUnknownOutcome, ctx.Err())
+		return fmt.Errorf("mqtt: publish %s: no acknowledgement: %w: %w", topic, transport.ErrUnknownOutcome, ctx.Err())
 	}
 }
 
-// validTopic checks a topic name for publishing: not empty, valid UTF-8,
-// no wildcards, no NUL, at most 65535 bytes (MQTT 3.1.1 section 4.7).
+// validTopic checks a topic name for publishing: not empty, no wildcards,
+// and a string MQTT brokers accept (validString).
 func validTopic(topic string) error {
-	switch {
-	case topic == "":
+	if topic == "" {
 		return errors.New("empty topic")
-	case len(topic) > 65535:
-		return errors.New("topic longer than 65535 bytes")
-	case !utf8.ValidString(topic):
-		return errors.New("topic is not valid UTF-8")
-	case strings.ContainsAny(topic, "+#\x00"):
-		return fmt.Errorf("topic %q: wildcards and NUL are not allowed in a topic name", topic)
+	}
+	if err := validString(topic); err != nil {
+		return fmt.Errorf("the topic name %w", err)
+	}
+	if strings.ContainsAny(topic, "+#") {
+		return fmt.Errorf("topic %q: wildcards are not allowed in a topic name", topic)
 	}
 	return nil
 }
@@ -190,8 +296,6 @@ func validTopic(topic string) error {
 // connState tracks whether the publishing connection is up, so that
 // publishes can wait for it.
 type connState struct {
-	attempts atomic.Uint64 // connection attempts so far
-
 	// ready is closed while connected; read without the lock by every
 	// publish, replaced under mu when the connection goes down.
 	ready  atomic.Pointer[chan struct{}]

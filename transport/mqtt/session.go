@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -169,17 +170,24 @@ func (s *stream) beforeDial(first bool) error {
 // Transport use is logged and leaves takeover detection off for s.
 func (t *Transport) claim(ctx context.Context, s *stream) error {
 	t.claims.Store(s.own.topic, s)
-	granted, err := t.pub.subscribe(ctx, []string{s.own.topic, t.watch.pingTopic})
+	sctx, cancel := t.bound(ctx)
+	refused, err := t.pub.subscribe(sctx, []string{s.own.topic, t.watch.pingTopic})
+	cancel()
 	if err != nil {
 		t.claims.Delete(s.own.topic)
 		return fmt.Errorf("watch the session claim: %w", err)
 	}
-	if !granted[0] || !granted[1] {
+	if refused[0] != nil || refused[1] != nil {
 		s.unwatched.Store(true)
 		s.log.Warn(claimDenied, "topic", s.own.topic, "reason", "the broker refused the subscription")
 		return nil
 	}
 	if err := t.send(ctx, s.own.topic, s.own.payload, true); err != nil {
+		if errors.Is(err, ErrNotAuthorized) { // MQTT 5 says so; 3.1.1 brokers drop it silently
+			s.unwatched.Store(true)
+			s.log.Warn(claimDenied, "topic", s.own.topic, "reason", err.Error())
+			return nil
+		}
 		t.claims.Delete(s.own.topic)
 		return fmt.Errorf("claim the session: %w", err)
 	}
@@ -227,7 +235,10 @@ func (t *Transport) rewatch() {
 		defer t.watch.restored()
 		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.connectTimeout)
 		defer cancel()
-		if _, err := t.pub.subscribe(ctx, topics); err != nil {
+		if refused, err := t.pub.subscribe(ctx, topics); err != nil || errors.Join(refused...) != nil {
+			if err == nil {
+				err = errors.Join(refused...)
+			}
 			t.cfg.logger.Warn("mqtt: watching session claims again after a reconnect failed: a takeover will not be detected until the next reconnect", "err", err)
 		}
 	}()
@@ -249,7 +260,7 @@ func (t *Transport) onClaimMessage(pm inbound) {
 
 // clearClaim removes the retained claim of client ID id's session.
 func (t *Transport) clearClaim(ctx context.Context, id string) error {
-	if err := t.send(ctx, claimTopic(id), []byte{}, true); err != nil {
+	if err := t.send(ctx, claimTopic(id), []byte{}, true); err != nil && !errors.Is(err, ErrNotAuthorized) {
 		return fmt.Errorf("clear the session claim: %w", err)
 	}
 	return nil
@@ -272,10 +283,29 @@ func (s *stream) onClaim(payload []byte, dup bool) {
 	if dup || !s.own.seenOwn || s.takenOver.Load() {
 		return // older than the own claim, or already handled
 	}
-	s.takeErr = fmt.Errorf("%w (claimed by host %q, pid %d, at %s)", ErrTakenOver, c.Host, c.PID, c.At)
-	s.takenOver.Store(true)
-	s.log.Error("mqtt: session taken over by another consumer with the same client ID; this stream stops and does not reconnect, so that the two do not take the session from each other. Give each process its own Subscription.Consumer, or stop the other one",
+	s.takeOver(fmt.Errorf("%w (claimed by host %q, pid %d, at %s)", ErrTakenOver, c.Host, c.PID, c.At),
 		"claimed_by_host", c.Host, "claimed_by_pid", c.PID, "claimed_at", c.At)
+}
+
+// brokerTookOver is told, on MQTT 5, that the broker closed the
+// connection because another connection took the session (DISCONNECT
+// 0x8E): the same end as a newer claim, for a broker whose ACL hides the
+// claims.
+func (s *stream) brokerTookOver(reason error) {
+	s.takeOver(fmt.Errorf("%w (%w)", ErrTakenOver, reason), "reason", reason.Error())
+}
+
+// takeOver stops s for good: it was taken over, as err says.
+func (s *stream) takeOver(err error, attrs ...any) {
+	s.takeMu.Lock()
+	if s.takenOver.Load() {
+		s.takeMu.Unlock()
+		return
+	}
+	s.takeErr = err
+	s.takenOver.Store(true)
+	s.takeMu.Unlock()
+	s.log.Error("mqtt: session taken over by another consumer with the same client ID; this stream stops and does not reconnect, so that the two do not take the session from each other. Give each process its own Subscription.Consumer, or stop the other one", attrs...)
 	if s.client != nil {
 		go s.client.disconnect(0)
 	}

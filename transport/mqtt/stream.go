@@ -43,6 +43,7 @@ type stream struct {
 	ownSeen   chan struct{} // closed when the own claim first comes back
 	unwatched atomic.Bool   // the claim topic is not usable: no takeover detection
 	takenOver atomic.Bool
+	takeMu    sync.Mutex
 	takeErr   error                 // why, set before takenOver
 	subErr    atomic.Pointer[error] // the last resubscription's failure, or nil
 	gaps      gapTracker            // Receive's goroutine only
@@ -104,14 +105,17 @@ func (s *stream) onConnect() {
 	}()
 }
 
-// subscribe subscribes the connection to the filter.
+// subscribe subscribes the connection to the filter, bounded by ctx and
+// the CallTimeout.
 func (s *stream) subscribe(ctx context.Context) error {
-	granted, err := s.client.subscribe(ctx, []string{s.filter})
+	ctx, cancel := s.t.bound(ctx)
+	defer cancel()
+	refused, err := s.client.subscribe(ctx, []string{s.filter})
 	switch {
 	case err != nil:
 		return err
-	case !granted[0]:
-		return fmt.Errorf("the broker refused the subscription to %s (SUBACK 0x80; is the filter, or $share, allowed for this client?)", s.filter)
+	case refused[0] != nil:
+		return fmt.Errorf("the broker refused the subscription to %s (is the filter, or $share, allowed for this client?): %w", s.filter, refused[0])
 	}
 	s.subErr.Store(nil)
 	return nil
@@ -224,10 +228,17 @@ func (s *stream) prepare(ctx context.Context, d *delivery) (bool, error) {
 		BrokerID:   strconv.Itoa(int(d.pm.MessageID())),
 		ReceivedAt: d.recv,
 	})
-	if s.t.cfg.format == Raw {
+	switch s.t.cfg.format {
+	case Raw:
 		m.Payload = payload
 		m.ID = s.t.cfg.idFunc(topic, payload)
 		m.Key = s.t.cfg.keyFunc(topic, payload)
+		return true, nil
+	case Properties:
+		pub, seq := decodeProps(d.pm.Props(), topic, payload, m, s.t.cfg.idFunc, s.t.cfg.keyFunc)
+		if pub != "" && seq != 0 && !s.shared {
+			seeGap(s, pub, topic, seq, d.pm.Retained())
+		}
 		return true, nil
 	}
 	pub, seq, err := decodeEnvelope(payload, m)
@@ -240,7 +251,7 @@ func (s *stream) prepare(ctx context.Context, d *delivery) (bool, error) {
 		return false, nil
 	}
 	if len(pub) > 0 && seq != 0 && !s.shared {
-		s.gaps.see(s, pub, topic, seq, d.pm.Retained())
+		seeGap(s, pub, topic, seq, d.pm.Retained())
 	}
 	return true, nil
 }

@@ -106,7 +106,7 @@ func (t *Transport) semantics(shared bool) transport.Semantics {
 		NativeDLQ:       false,
 		FanOut:          true, // each group (one session, or one shared subscription) gets every message
 		Replay:          false,
-		Headers:         t.cfg.format == Envelope,
+		Headers:         t.cfg.format != Raw,
 		MaxPayload:      t.cfg.maxPayload,
 		RedeliveryDelay: 0,
 	}
@@ -205,14 +205,18 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 		}
 	}
 	s.client = t.dial(connSpec{
-		clientID:   id,
-		clean:      false,
-		manualAck:  true,
-		reconnect:  true,
-		onMessage:  s.arrive,
-		onAttempt:  func() { s.epoch.Add(1) }, // messages from here on belong to a new connection
-		beforeDial: s.beforeDial,
-		onUp:       s.onConnect,
+		clientID:      id,
+		clean:         false,
+		manualAck:     true,
+		reconnect:     true,
+		sessionExpiry: t.sessionExpiry(),
+		receiveMax:    receiveMax(sub.MaxInFlight),
+		onMessage:     s.arrive,
+		onTakenOver:   s.brokerTookOver,
+		stop:          s.takenOver.Load,
+		onAttempt:     func() { s.epoch.Add(1) }, // messages from here on belong to a new connection
+		beforeDial:    s.beforeDial,
+		onUp:          s.onConnect,
 		onLost: func(err error) {
 			if !s.takenOver.Load() {
 				s.log.Warn("mqtt: subscriber connection lost; reconnecting", "err", err)
@@ -245,18 +249,24 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 	return s, nil
 }
 
+// receiveMax is the MQTT 5 Receive Maximum for a subscription that may
+// hold n deliveries unsettled: n, or DefaultReceiveMaximum for 0, at most
+// 65535.
+func receiveMax(n int) uint16 {
+	if n <= 0 {
+		n = DefaultReceiveMaximum
+	}
+	return uint16(min(n, 0xFFFF))
+}
+
 // validFilter checks a topic filter: not empty, valid UTF-8, no NUL, and
 // the wildcard rules of MQTT 3.1.1 section 4.7.
 func validFilter(f string) error {
-	switch {
-	case f == "":
+	if f == "" {
 		return errors.New("empty topic filter")
-	case len(f) > 65535:
-		return errors.New("topic filter longer than 65535 bytes")
-	case !utf8.ValidString(f):
-		return errors.New("topic filter is not valid UTF-8")
-	case strings.ContainsRune(f, 0):
-		return errors.New("topic filter contains NUL")
+	}
+	if err := validString(f); err != nil {
+		return fmt.Errorf("the topic filter %w", err)
 	}
 	levels := strings.Split(f, "/")
 	for i, l := range levels {

@@ -16,20 +16,26 @@ func init() {
 
 // URL query keys, each mapping to one [Option].
 const (
-	keyClientID       = "client_id"       // ClientID
-	keyKeepAlive      = "keepalive"       // KeepAlive
-	keyConnectTimeout = "connect_timeout" // ConnectTimeout
-	keyReconnectMax   = "reconnect_max"   // MaxReconnectInterval
-	keyRetain         = "retain"          // Retain
-	keyFormat         = "format"          // PayloadFormat
-	keyID             = "id"              // IDFrom
-	keyKey            = "key"             // KeyFrom
-	keyDLQPrefix      = "dlq_prefix"      // DLQPrefix
-	keyMaxPayload     = "max_payload"     // MaxPayload
-	keyRemoveSessions = "remove_sessions" // RemoveSessionsOnClose
-	keyCA             = "ca"              // CAFile
-	keyCert           = "cert"            // ClientCert, with key_file
-	keyKeyFile        = "key_file"        // ClientCert, with cert
+	keyClientID       = "client_id"            // ClientID
+	keyKeepAlive      = "keepalive"            // KeepAlive
+	keyConnectTimeout = "connect_timeout"      // ConnectTimeout
+	keyReconnectMax   = "reconnect_max"        // MaxReconnectInterval
+	keyRetain         = "retain"               // Retain
+	keyFormat         = "format"               // PayloadFormat
+	keyID             = "id"                   // IDFrom
+	keyKey            = "key"                  // KeyFrom
+	keyDLQPrefix      = "dlq_prefix"           // DLQPrefix
+	keyMaxPayload     = "max_payload"          // MaxPayload
+	keyRemoveSessions = "remove_sessions"      // RemoveSessionsOnClose
+	keyCA             = "ca"                   // CAFile
+	keyCert           = "cert"                 // ClientCert, with key_file
+	keyKeyFile        = "key_file"             // ClientCert, with cert
+	keyProtocol       = "protocol"             // Protocol
+	keyQoS            = "qos"                  // QoS
+	keySessionExpiry  = "session_expiry"       // SessionExpiry
+	keyCallTimeout    = "call_timeout"         // CallTimeout
+	keyPlaintextAuth  = "allow_plaintext_auth" // AllowPlaintextAuth
+	keyWindow         = "window"               // AsyncWindow
 )
 
 // parse reads rawURL's address, credentials and query into a config, then
@@ -78,13 +84,44 @@ func parse(rawURL string, opts []Option) (config, string, error) {
 	}
 	if v, ok := q.String(keyFormat); ok {
 		switch v {
+		case "properties":
+			PayloadFormat(Properties).apply(&cfg)
 		case "envelope":
 			PayloadFormat(Envelope).apply(&cfg)
 		case "raw":
 			PayloadFormat(Raw).apply(&cfg)
 		default:
-			q.Fail(keyFormat, "want envelope or raw")
+			q.Fail(keyFormat, "want properties, envelope or raw")
 		}
+	}
+	if v, ok := q.String(keyProtocol); ok {
+		switch v {
+		case "5", "5.0":
+			Protocol(MQTT5).apply(&cfg)
+		case "3.1.1":
+			Protocol(MQTT311).apply(&cfg)
+		default:
+			q.Fail(keyProtocol, "want 5 or 3.1.1")
+		}
+	}
+	if n, ok := q.Int(keyQoS); ok {
+		if n != 1 && n != 2 {
+			q.Fail(keyQoS, "want 1 or 2")
+		} else {
+			QoS(n).apply(&cfg)
+		}
+	}
+	if d, ok := q.Duration(keySessionExpiry); ok {
+		SessionExpiry(d).apply(&cfg)
+	}
+	if d, ok := q.Duration(keyCallTimeout); ok {
+		CallTimeout(d).apply(&cfg)
+	}
+	if n, ok := q.Int(keyWindow); ok {
+		AsyncWindow(n).apply(&cfg)
+	}
+	if b, ok := q.Bool(keyPlaintextAuth); ok && b {
+		AllowPlaintextAuth().apply(&cfg)
 	}
 	if v, ok := q.String(keyID); ok {
 		if f, err := parseIDFunc(v); err != nil {
@@ -135,6 +172,10 @@ func parse(rawURL string, opts []Option) (config, string, error) {
 	server := "tcp://"
 	if scheme == SchemeTLS || cfg.tls != nil {
 		server = "ssl://"
+	}
+	if server == "tcp://" && (cfg.username != "" || cfg.password != "") && !cfg.plaintextAuth {
+		return cfg, "", fmt.Errorf("%w: mqtt: URL %s: credentials over a connection without TLS would cross the network in clear: use mqtts:// (or CAFile, ClientCert, TLSConfig), or set %s=true (AllowPlaintextAuth) on a trusted network",
+			transport.ErrInvalidOption, transport.Redact(u), keyPlaintextAuth)
 	}
 	host := u.Host
 	if u.Port() == "" {

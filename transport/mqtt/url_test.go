@@ -68,7 +68,7 @@ func TestURLErrors(t *testing.T) {
 func TestUnreachableBroker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := transport.Open(ctx, "mqtt://user:s3cret@127.0.0.1:1?connect_timeout=1s")
+	_, err := transport.Open(ctx, "mqtt://user:s3cret@127.0.0.1:1?connect_timeout=1s&allow_plaintext_auth=true")
 	if !errors.Is(err, mqtt.ErrNotConnected) {
 		t.Fatalf("Open of a closed port = %v; want ErrNotConnected", err)
 	}
