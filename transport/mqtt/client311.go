@@ -108,8 +108,7 @@ func (c *conn311) connect(ctx context.Context) error {
 		if ct, ok := tok.(*paho.ConnectToken); ok && ct.ReturnCode() != 0 && ct.ReturnCode() < 0x80 {
 			err = &ReasonError{Code: connack311(ct.ReturnCode()), Packet: "CONNACK"}
 		}
-		return fmt.Errorf("mqtt: connect to %s: %w: %w (is the broker running, and are the address and credentials right?)",
-			c.broker, ErrNotConnected, err)
+		return fmt.Errorf("mqtt: connect to %s: %w: %w (%s)", c.broker, ErrNotConnected, err, connectHint(err))
 	}
 	return nil
 }

@@ -211,8 +211,7 @@ func (c *conn5) connect(ctx context.Context) error {
 	}
 	if err != nil {
 		c.disconnect(0)
-		return fmt.Errorf("mqtt: connect to %s: %w: %w (is the broker running, and are the address and credentials right?)",
-			c.broker, ErrNotConnected, err)
+		return fmt.Errorf("mqtt: connect to %s: %w: %w (%s)", c.broker, ErrNotConnected, err, connectHint(err))
 	}
 	return nil
 }

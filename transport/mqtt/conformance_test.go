@@ -53,16 +53,33 @@ func conformanceBroker(t *testing.T) *sessionReaper {
 	return newReaper(t, startPrivateBroker(t).addr())
 }
 
-// TestConformance runs the suite on the default URL: the envelope
-// (Headers true), groups as one session each (Ordering per-topic).
+// mqtt311 selects MQTT 3.1.1 (and with it the envelope).
+var mqtt311 = []mqtt.Option{mqtt.Protocol(mqtt.MQTT311)}
+
+// TestConformance runs the suite on the default URL: MQTT 5, ID, Key and
+// headers in user properties (Headers true), groups as one session each
+// (Ordering per-topic).
 func TestConformance(t *testing.T) {
 	transporttest.Run(t, &harness{r: conformanceBroker(t)})
 }
 
+// TestConformance311 runs the suite on MQTT 3.1.1 (protocol=3.1.1): the
+// envelope (Headers true), groups as one session each (Ordering
+// per-topic).
+func TestConformance311(t *testing.T) {
+	transporttest.Run(t, &harness{r: conformanceBroker(t), opts: mqtt311})
+}
+
 // TestConformanceShared runs the suite with shared subscriptions
-// (share=true): members split the messages, and Ordering is none.
+// (share=true) on MQTT 5: members split the messages, and Ordering is
+// none.
 func TestConformanceShared(t *testing.T) {
 	transporttest.Run(t, &sharedHarness{harness{r: conformanceBroker(t)}})
+}
+
+// TestConformanceShared311 is TestConformanceShared on MQTT 3.1.1.
+func TestConformanceShared311(t *testing.T) {
+	transporttest.Run(t, &sharedHarness{harness{r: conformanceBroker(t), opts: mqtt311}})
 }
 
 // TestConformanceRestart runs the suite, on the default URL, against a
@@ -74,6 +91,15 @@ func TestConformanceRestart(t *testing.T) {
 	}
 	b := startPrivateBroker(t)
 	transporttest.Run(t, &restartHarness{harness: harness{r: newReaper(t, b.addr())}, b: b})
+}
+
+// TestConformanceRestart311 is TestConformanceRestart on MQTT 3.1.1.
+func TestConformanceRestart311(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the suite already ran on a private broker")
+	}
+	b := startPrivateBroker(t)
+	transporttest.Run(t, &restartHarness{harness: harness{r: newReaper(t, b.addr()), opts: mqtt311}, b: b})
 }
 
 func BenchmarkConformance(b *testing.B) {

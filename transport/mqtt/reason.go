@@ -169,6 +169,17 @@ func reasonText(code byte) string {
 	return "unknown reason code"
 }
 
+// connectHint is what a failed connection's error adds, for err.
+func connectHint(err error) string {
+	switch {
+	case errors.Is(err, ErrBadCredentials), errors.Is(err, ErrNotAuthorized):
+		return "the broker refused this client: check the username and password (Mosquitto answers \"not authorized\" to a wrong password too) and its ACL"
+	case errors.Is(err, ErrServerUnavailable):
+		return "the broker is not accepting connections now; try again later"
+	}
+	return "is the broker running, and are the address, TLS settings and credentials right?"
+}
+
 // reasonErr returns the *ReasonError of code in packet, or nil for a
 // success code (below 0x80).
 func reasonErr(packet string, code byte, reason string) error {

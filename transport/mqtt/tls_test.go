@@ -24,8 +24,12 @@ import (
 // TestTLS: over mqtts:// with ca, cert and key_file, a private Mosquitto
 // that requires client certificates accepts the Transport, and a message
 // goes round; without the client certificate, or without TLS, the
-// connection fails with ErrNotConnected.
+// connection fails with ErrNotConnected. On both protocols.
 func TestTLS(t *testing.T) {
+	eachProtocol(t, testTLS)
+}
+
+func testTLS(t *testing.T, proto protocol) {
 	dir := t.TempDir()
 	ca, caKey := newCert(t, dir, "ca", nil, nil)
 	newCert(t, dir, "server", ca, caKey)
@@ -36,7 +40,7 @@ func TestTLS(t *testing.T) {
 	defer cancel()
 
 	url := "mqtts://" + b.addr() + "?ca=" + p("ca.pem") + "&cert=" + p("client.pem") + "&key_file=" + p("client.key")
-	tr, err := mqtt.New(ctx, url, mqtt.RemoveSessionsOnClose())
+	tr, err := mqtt.New(ctx, url, proto.opt(), mqtt.RemoveSessionsOnClose())
 	if err != nil {
 		t.Fatalf("New over TLS: %v", err)
 	}
@@ -59,7 +63,7 @@ func TestTLS(t *testing.T) {
 		"no client certificate": "mqtts://" + b.addr() + "?ca=" + p("ca.pem") + "&connect_timeout=2s",
 		"plain TCP":             "mqtt://" + b.addr() + "?connect_timeout=2s",
 	} {
-		if _, err := mqtt.New(ctx, u); !errors.Is(err, mqtt.ErrNotConnected) {
+		if _, err := mqtt.New(ctx, u, proto.opt()); !errors.Is(err, mqtt.ErrNotConnected) {
 			t.Errorf("%s: New = %v; want ErrNotConnected", name, err)
 		}
 	}
