@@ -183,8 +183,10 @@ func randomSuffix() string {
 func (t *Transport) Missing() int64 { return t.missing.Load() }
 
 // Close closes every stream the Transport opened (their unacked messages
-// stay in their sessions, for redelivery when they reconnect) and the
-// publishing connection, waiting at most until ctx ends. With
+// stay in their sessions, for redelivery when they reconnect), waits for
+// the results of what PublishAsync accepted, and closes the publishing
+// connection, waiting at most until ctx ends (what is still unacknowledged
+// then gets an unknown outcome). With
 // [RemoveSessionsOnClose] it then deletes the sessions it used. Publish
 // after Close returns [transport.ErrClosed]; a second Close does nothing
 // and returns nil.
@@ -218,6 +220,11 @@ func (t *Transport) Close(ctx context.Context) error {
 			if err := t.removeSession(ctx, id); err != nil {
 				errs = append(errs, err)
 			}
+		}
+	}
+	if t.async.room != nil {
+		if err := t.async.flush(ctx); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	t.conn.close()
