@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
@@ -115,6 +116,7 @@ type asyncItem struct {
 // they left.
 type asyncQueue struct {
 	once    sync.Once
+	on      atomic.Bool // started
 	room    chan struct{} // one token per accepted message not yet done
 	notify  chan struct{}
 	closing chan struct{}
@@ -135,6 +137,7 @@ func (q *asyncQueue) start(t *Transport) {
 		q.notify = make(chan struct{}, 1)
 		q.flushed = make(chan struct{})
 		go q.complete(t.cfg.callTimeout, t.closing)
+		q.on.Store(true)
 	})
 }
 

@@ -222,7 +222,7 @@ func (t *Transport) Close(ctx context.Context) error {
 			}
 		}
 	}
-	if t.async.room != nil {
+	if t.async.on.Load() {
 		if err := t.async.flush(ctx); err != nil {
 			errs = append(errs, err)
 		}
