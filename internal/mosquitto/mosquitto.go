@@ -78,6 +78,12 @@ func Start(tb testing.TB, extra ...string) *Broker {
 // Addr returns the broker's address, "127.0.0.1:<port>".
 func (b *Broker) Addr() string { return "127.0.0.1:" + strconv.Itoa(b.port) }
 
+// Port returns the broker's port.
+func (b *Broker) Port() int { return b.port }
+
+// LogFile returns the path of the broker's log file.
+func (b *Broker) LogFile() string { return filepath.Join(b.dir, "mosquitto.log") }
+
 // URL returns the broker's mqtt:// URL.
 func (b *Broker) URL() string { return "mqtt://" + b.Addr() }
 
@@ -130,4 +136,13 @@ func (b *Broker) Restart() {
 	b.tb.Helper()
 	b.Stop()
 	b.start()
+}
+
+// Resume starts a broker that Stop stopped, with its persisted state, on
+// the same port, and waits until it accepts connections.
+func (b *Broker) Resume() {
+	b.tb.Helper()
+	if b.cmd == nil {
+		b.start()
+	}
 }

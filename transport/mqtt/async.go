@@ -116,7 +116,7 @@ type asyncItem struct {
 // they left.
 type asyncQueue struct {
 	once    sync.Once
-	on      atomic.Bool // started
+	on      atomic.Bool   // started
 	room    chan struct{} // one token per accepted message not yet done
 	notify  chan struct{}
 	closing chan struct{}

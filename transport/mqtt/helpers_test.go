@@ -3,18 +3,15 @@ package mqtt_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ferrymq/ferry/internal/mosquitto"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/mqtt"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -116,16 +113,12 @@ func requireBinary(t testing.TB, name string) string {
 	return ""
 }
 
-// privateBroker is a Mosquitto of the test's own, on a free port, with
-// persistence in a temporary directory, that the test may stop and start.
+// privateBroker is a Mosquitto of the test's own (internal/mosquitto),
+// on a free port, with persistence in a temporary directory, that the
+// test may stop and start.
 type privateBroker struct {
-	t    testing.TB
-	bin  string
-	dir  string
-	conf string
+	*mosquitto.Broker
 	port int
-	cmd  *exec.Cmd
-	done chan struct{}
 }
 
 // startPrivateBroker starts a private Mosquitto and stops it when t ends.
@@ -133,92 +126,19 @@ type privateBroker struct {
 // and then the lines of extra, which override those.
 func startPrivateBroker(t testing.TB, extra ...string) *privateBroker {
 	t.Helper()
-	bin := requireBinary(t, "mosquitto")
-	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	conf := filepath.Join(dir, "mosquitto.conf")
-	cfg := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\nautosave_interval 1\nmax_queued_messages 0\nlog_dest file %s\n",
-		port, dir, filepath.Join(dir, "mosquitto.log"))
-	if os.Geteuid() == 0 {
-		cfg += "user root\n" // otherwise it drops to user mosquitto and cannot write dir
-	}
-	for _, line := range extra {
-		cfg += line + "\n"
-	}
-	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b := &privateBroker{t: t, bin: bin, dir: dir, conf: conf, port: port}
-	b.start()
-	t.Cleanup(func() {
-		b.stop()
-		if t.Failed() {
-			log, _ := os.ReadFile(filepath.Join(dir, "mosquitto.log"))
-			if len(log) > 4000 {
-				log = log[len(log)-4000:]
-			}
-			t.Logf("private mosquitto log (end):\n%s", log)
-		}
-	})
-	return b
+	b := mosquitto.Start(t, extra...)
+	return &privateBroker{Broker: b, port: b.Port()}
 }
 
-func (b *privateBroker) addr() string { return "127.0.0.1:" + strconv.Itoa(b.port) }
+func (b *privateBroker) addr() string { return b.Addr() }
+func (b *privateBroker) restart()     { b.Restart() }
+func (b *privateBroker) stop()        { b.Stop() }
+func (b *privateBroker) start()       { b.Resume() }
 
-// start runs the broker and waits until it accepts connections.
-func (b *privateBroker) start() {
-	b.t.Helper()
-	b.cmd = exec.Command(b.bin, "-c", b.conf)
-	if err := b.cmd.Start(); err != nil {
-		b.t.Fatalf("start mosquitto: %v", err)
-	}
-	b.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(b.cmd, b.done)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", b.addr(), 200*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
-			return
-		}
-		select {
-		case <-b.done:
-			log, _ := os.ReadFile(filepath.Join(b.dir, "mosquitto.log"))
-			b.t.Fatalf("private mosquitto exited at start: %s", log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			b.t.Fatalf("private mosquitto not accepting connections on %s: %v", b.addr(), err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// stop stops the broker gracefully (SIGTERM: it saves its state).
-func (b *privateBroker) stop() {
-	if b.cmd == nil {
-		return
-	}
-	_ = b.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-b.done:
-	case <-time.After(10 * time.Second):
-		_ = b.cmd.Process.Kill()
-		<-b.done
-	}
-	b.cmd = nil
-}
-
-// restart stops and starts the broker, keeping its persisted state.
-func (b *privateBroker) restart() {
-	b.t.Helper()
-	b.stop()
-	b.start()
+// log returns the broker's log.
+func (b *privateBroker) log() string {
+	l, _ := os.ReadFile(b.LogFile())
+	return string(l)
 }
 
 // logRecorder is a slog.Handler that keeps every record, for tests that

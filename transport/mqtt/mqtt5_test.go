@@ -210,12 +210,12 @@ func TestQoS2(t *testing.T) {
 			t.Errorf("%d redeliveries after the ack", len(again))
 		}
 		time.Sleep(200 * time.Millisecond)
-		log, _ := os.ReadFile(filepath.Join(b.dir, "mosquitto.log"))
+		log := b.log()
 		for _, pkt := range []string{
 			"Received PUBLISH from " + pubID + " (d0, q2", "Received PUBREL from " + pubID, "Sending PUBCOMP to " + pubID,
 			"Sending PUBLISH to " + consumer + " (d0, q2", "Received PUBREC from " + consumer, "Received PUBCOMP from " + consumer,
 		} {
-			if !strings.Contains(string(log), pkt) {
+			if !strings.Contains(log, pkt) {
 				t.Errorf("the broker's log has no %q: not a QoS 2 exchange", pkt)
 			}
 		}
