@@ -25,6 +25,22 @@ var ErrClosed = errors.New("transport: closed")
 // broker's size limit (Semantics.MaxPayload). Nothing was sent.
 var ErrTooLarge = errors.New("transport: message too large")
 
+// ErrInvalidMessage is returned (wrapped) by Publish for a message that
+// the transport's own consumer would not return byte for byte: a field the
+// wire cannot carry as it is (text that is not valid UTF-8 where the wire
+// carries text, a character the broker refuses, a value over a length
+// limit of the protocol), a header name the transport reserves for itself
+// (such as [HeaderID] where the ID travels in a header), or an empty ID
+// where the wire needs one. The error names the field (Message.ID,
+// Message.Key, a header's name or value) and says why, without quoting a
+// value, which may be secret. Nothing was sent, and retrying the same
+// Message fails the same way: fix the message, or use a configuration of
+// the transport that carries it (an envelope, say).
+//
+// A producer never rewrites such a field instead (invalid UTF-8 as U+FFFD,
+// say): a changed ID defeats dedupe, and a changed header is a lie.
+var ErrInvalidMessage = errors.New("transport: invalid message")
+
 // ErrRevoked is returned (wrapped) by Ack or Nack on a delivery whose
 // partition, shard or lease moved to another consumer (a rebalance, a
 // reclaim) before it was settled. The settle did nothing; the new owner gets

@@ -115,11 +115,10 @@ type asyncItem struct {
 // asyncQueue is the completer's queue: accepted messages in the order
 // they left.
 type asyncQueue struct {
-	once    sync.Once
-	on      atomic.Bool   // started
-	room    chan struct{} // one token per accepted message not yet done
-	notify  chan struct{}
-	closing chan struct{}
+	once   sync.Once
+	on     atomic.Bool   // started
+	room   chan struct{} // one token per accepted message not yet done
+	notify chan struct{}
 
 	mu       sync.Mutex
 	items    []asyncItem

@@ -30,12 +30,16 @@ const SchemeTLS = "mqtts"
 var ErrNotConnected = errors.New("mqtt: not connected to the broker")
 
 // ErrInvalidMessage is wrapped by the error of Publish for a Message that
-// its consumer would not get back byte for byte, so nothing was sent: in
-// the [Envelope], an empty ID or text (ID, Key, a header) that is not
-// valid UTF-8; in [Raw], headers, or an ID or Key that differ from what
-// [IDFrom] and [KeyFrom] compute; in both, a topic that is not a valid
-// MQTT topic name. Retrying the same Message fails the same way.
-var ErrInvalidMessage = errors.New("mqtt: invalid message")
+// its consumer would not get back byte for byte, so nothing was sent: an
+// empty ID; with [Properties], text an MQTT broker refuses in a property
+// (invalid UTF-8, NUL, control characters, non-characters), a reserved
+// header name, or a property header whose value its property cannot
+// carry; in the [Envelope], text that is not valid UTF-8, or an MQTT 5
+// publish option; in [Raw], headers, or an ID or Key that differ from
+// what [IDFrom] and [KeyFrom] compute; in all, a topic that is not a
+// valid MQTT topic name. Retrying the same Message fails the same way. It
+// is [transport.ErrInvalidMessage], the sentinel every transport wraps.
+var ErrInvalidMessage = transport.ErrInvalidMessage
 
 // ErrTakenOver is wrapped by Receive, Ack and Nack on a stream whose
 // persistent session was taken over: another connection (another process,
@@ -45,10 +49,6 @@ var ErrInvalidMessage = errors.New("mqtt: invalid message")
 // turns; its unacked messages go to the new owner. It wraps
 // [transport.ErrRevoked].
 var ErrTakenOver = fmt.Errorf("mqtt: session taken over by another connection with the same client ID: %w", transport.ErrRevoked)
-
-// qos is the quality of service of every publish and subscription: at
-// least once, with a PUBACK.
-const qos = 1
 
 // A Transport is a connection to an MQTT 3.1.1 broker (Mosquitto 2, say)
 // that publishes at QoS 1 and opens subscriptions, each on a connection and
