@@ -14,6 +14,7 @@ import (
 // Reading is what a sensor publishes, as raw JSON (no envelope: a device
 // cannot carry one).
 type Reading struct {
+	ID      string  `json:"id"` // unique per reading: the Message.ID, and the dedupe key upstream
 	Device  string  `json:"device"`
 	Seq     int     `json:"seq"`
 	Celsius float64 `json:"celsius"`
@@ -44,6 +45,7 @@ type Aggregate struct {
 
 // Upstream topics.
 const (
+	ReadingsTopic   = "iot.readings" // every good reading, as the device sent it
 	AlertsTopic     = "iot.alerts"
 	AggregatesTopic = "iot.aggregates"
 )
@@ -68,6 +70,7 @@ type Edge struct {
 // EdgeStats counts what the edge handled.
 type EdgeStats struct {
 	Handled         int
+	Readings        int // readings forwarded upstream
 	Alerts          int
 	Aggregates      int
 	OrderViolations int
@@ -107,6 +110,14 @@ func (e *Edge) Handle() handler.Handler {
 		}
 		e.mu.Unlock()
 
+		// Every reading goes upstream as the device sent it, under its own
+		// ID, keyed by device: the store-and-forward buffer keeps them in
+		// this order while the uplink is down.
+		if err := e.Upstream.Publish(ctx, &handler.Message{ID: m.ID, Key: r.Device, Topic: ReadingsTopic, Payload: m.Payload,
+			Headers: map[string]string{"site": e.Site}}); err != nil {
+			return err
+		}
+		e.count(func(s *EdgeStats) { s.Readings++ })
 		if r.Celsius > e.Threshold {
 			a := Alert{Site: e.Site, Device: r.Device, Seq: r.Seq, Celsius: r.Celsius, Threshold: e.Threshold}
 			if err := e.forward(ctx, AlertsTopic, m.ID+"/alert", r.Device, a); err != nil {
@@ -166,6 +177,7 @@ func aggregate(site string, rs []Reading) *Aggregate {
 type Upstream struct {
 	mu         sync.Mutex
 	seen       map[string]bool // dedupe by ID: redeliveries are expected
+	Readings   int
 	Alerts     int
 	Aggregates int
 }
@@ -182,6 +194,8 @@ func (u *Upstream) Handle(ctx context.Context, m *handler.Message) error {
 	}
 	u.seen[m.ID] = true
 	switch m.Topic {
+	case ReadingsTopic:
+		u.Readings++
 	case AlertsTopic:
 		u.Alerts++
 	case AggregatesTopic:
@@ -190,9 +204,9 @@ func (u *Upstream) Handle(ctx context.Context, m *handler.Message) error {
 	return nil
 }
 
-// Counts returns the alerts and aggregates received.
-func (u *Upstream) Counts() (alerts, aggregates int) {
+// Counts returns the readings, alerts and aggregates received.
+func (u *Upstream) Counts() (readings, alerts, aggregates int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.Alerts, u.Aggregates
+	return u.Readings, u.Alerts, u.Aggregates
 }

@@ -1,22 +1,28 @@
 // Command iot is Ferry's MQTT edge example: simulated temperature sensors
 // publish raw JSON readings on sites/<site>/sensors/<device>/temperature at
-// QoS 1; an edge service handles them with a Ferry Router on MQTT, in order
-// per device, dead-letters malformed readings to an MQTT DLQ topic, raises
-// an alert event above a threshold, and forwards aggregated readings
-// upstream to another transport chosen by URL (the in-memory one by
-// default; redis://… or kafka://… work the same). An upstream service,
-// written with the same handler model, consumes the alerts and aggregates.
+// QoS 1; an edge service (the gateway) handles them with a Ferry Router on
+// MQTT 5, in order per device, dead-letters malformed readings to an MQTT
+// DLQ topic, and forwards every reading, an alert event above a
+// threshold, and aggregates upstream to another transport chosen by URL
+// (the in-memory one by default; mqtt://, redis:// or kafka:// work the
+// same), through a store-and-forward buffer on local disk (package
+// forward): while the uplink is down the gateway keeps consuming and
+// keeps the readings, and forwards them in order when it returns. An
+// upstream service, written with the same handler model, consumes them.
 //
-// Run it against the local Mosquitto with one command:
+// Run the demo against the local Mosquitto with one command:
 //
 //	go run ./examples/iot
 //
 // It runs a finite demo, prints a summary and exits 0. With -serve it keeps
-// serving real devices after the demo until interrupted. Flags:
+// serving real devices after the demo until interrupted. With -gateway it
+// runs the gateway alone (no sensors, no upstream service) until
+// interrupted: the edge of a real site. Flags:
 //
-//	-broker    the MQTT broker URL (default mqtt://127.0.0.1:1883)
+//	-broker    the site's MQTT broker URL (default mqtt://127.0.0.1:1883)
 //	-upstream  the upstream transport URL (default memory://iot-upstream)
-//	-site, -devices, -readings, -threshold, -serve
+//	-buffer    the store-and-forward file (default: a temporary one)
+//	-site, -devices, -readings, -threshold, -serve, -gateway
 package main
 
 import (
@@ -43,11 +49,20 @@ func main() {
 	flag.IntVar(&cfg.Readings, "readings", cfg.Readings, "readings per sensor in the demo")
 	flag.Float64Var(&cfg.Threshold, "threshold", cfg.Threshold, "alert above this temperature, °C")
 	flag.BoolVar(&cfg.Serve, "serve", false, "keep serving after the demo, until interrupted")
+	flag.StringVar(&cfg.Buffer, "buffer", "", "the store-and-forward file (kept across restarts); default a temporary one")
+	gateway := flag.Bool("gateway", false, "run the gateway alone until interrupted (needs -buffer)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if *gateway {
+		if err := Serve(ctx, cfg, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "iot:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	sum, err := Run(ctx, cfg, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "iot:", err)
@@ -61,6 +76,41 @@ func main() {
 	if !sum.OK() {
 		os.Exit(1)
 	}
+}
+
+// Serve runs the gateway alone until ctx ends: it prints "gateway: ready"
+// once it consumes, a status line (readings handled, buffered, forwarded
+// since the start) each second something changed, and the counts when it
+// stops.
+func Serve(ctx context.Context, cfg Config, out io.Writer) error {
+	if cfg.Buffer == "" {
+		return errors.New("-gateway needs -buffer: the file that keeps readings while the uplink is down")
+	}
+	g, err := StartGateway(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	printf(out, "gateway: ready: sites/%s/sensors/+/temperature on %s, upstream %s through %s\n", cfg.Site, cfg.Broker, cfg.Upstream, cfg.Buffer)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last := ""
+	for ctx.Err() == nil {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			continue
+		}
+		s := g.Buffer.Stats()
+		line := fmt.Sprintf("gateway: status handled=%d buffered=%d forwarded=%d dropped=%d\n", g.Edge.Stats().Handled, s.Pending, s.Forwarded, s.Dropped)
+		if line != last {
+			printf(out, "%s", line)
+			last = line
+		}
+	}
+	s := g.Buffer.Stats()
+	err = g.Stop()
+	printf(out, "gateway: stopped: %d readings handled; buffer: %d forwarded, %d pending\n", g.Edge.Stats().Handled, s.Forwarded, s.Pending)
+	return err
 }
 
 // printf writes to w, ignoring errors (the summary goes to stdout).

@@ -14,8 +14,9 @@ import (
 
 // TestDemoAgainstMosquitto runs the whole edge flow against the real
 // Mosquitto: every reading is handled in per-device order or
-// dead-lettered, the DLQ holds exactly the malformed ones, and every alert
-// and aggregate reaches the upstream service.
+// dead-lettered, the DLQ holds exactly the malformed ones, and every
+// reading, alert and aggregate reaches the upstream service through the
+// store-and-forward buffer.
 func TestDemoAgainstMosquitto(t *testing.T) {
 	transporttest.RequireBroker(t, "mosquitto", "127.0.0.1:1883")
 	cfg := defaultConfig()
@@ -32,6 +33,7 @@ func TestDemoAgainstMosquitto(t *testing.T) {
 	}
 	want := Summary{
 		Published: 80, Malformed: 4, Handled: 76, DeadLettered: 4, DLQListed: 4,
+		Readings: 76, UpstreamReadings: 76,
 		Alerts: 2, WantAlerts: 2, UpstreamAlerts: 2,
 		Aggregates: 14, UpstreamAggregates: 14, // dev-0 and dev-2: 4 windows each; dev-1 and dev-3: 18 good readings, 3 each
 	}

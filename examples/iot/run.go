@@ -7,14 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
+	"os"
+	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
-	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/mqtt"
 
@@ -23,8 +22,9 @@ import (
 
 // Config configures a run.
 type Config struct {
-	Broker    string  // MQTT broker URL
+	Broker    string  // MQTT broker URL of the site
 	Upstream  string  // upstream transport URL
+	Buffer    string  // the store-and-forward file; "" for a temporary one (demo only)
 	Site      string  // sites/<Site>/sensors/<device>/temperature
 	Devices   int     // simulated sensors
 	Readings  int     // readings per sensor
@@ -52,9 +52,11 @@ type Summary struct {
 	Handled            int // readings the edge handled
 	DeadLettered       int // readings the edge sent to the DLQ
 	DLQListed          int // dead letters ListDLQ showed at the end
+	Readings           int // readings the edge forwarded upstream
 	Alerts, Aggregates int // events the edge forwarded upstream
 	WantAlerts         int // readings above the threshold
-	UpstreamAlerts     int // events the upstream service received
+	UpstreamReadings   int // what the upstream service received
+	UpstreamAlerts     int
 	UpstreamAggregates int
 	OrderViolations    int
 }
@@ -63,8 +65,9 @@ type Summary struct {
 // arrived upstream.
 func (s Summary) OK() bool {
 	return s.Handled+s.DeadLettered == s.Published && s.DeadLettered == s.Malformed &&
-		s.DLQListed == s.Malformed && s.Alerts == s.WantAlerts &&
-		s.UpstreamAlerts == s.Alerts && s.UpstreamAggregates == s.Aggregates && s.OrderViolations == 0
+		s.DLQListed == s.Malformed && s.Alerts == s.WantAlerts && s.Readings == s.Handled &&
+		s.UpstreamReadings == s.Readings && s.UpstreamAlerts == s.Alerts && s.UpstreamAggregates == s.Aggregates &&
+		s.OrderViolations == 0
 }
 
 // Run runs the demo, writes its summary to out and returns it. With
@@ -72,40 +75,20 @@ func (s Summary) OK() bool {
 func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	var sum Summary
 	start := time.Now()
-	topicFilter := "sites/" + cfg.Site + "/sensors/+/temperature"
-	consumer := "iot-edge-" + cfg.Site
-	dlq := mqtt.DLQTopic("iot-readings-" + cfg.Site)
-
-	// The edge's MQTT connection: raw readings (format=raw: devices send
-	// bare JSON, not Ferry's envelope), Key = the device ID (topic level 3),
-	// ID = a hash of topic and payload (the default for raw payloads).
-	edgeURL, err := withQuery(cfg.Broker, "format", "raw")
-	if err != nil {
-		return sum, err
-	}
-	if edgeURL, err = withQuery(edgeURL, "key", "level:3"); err != nil {
-		return sum, err
-	}
-	sensorsURL, err := withQuery(cfg.Broker, "format", "raw")
-	if err != nil {
-		return sum, err
+	if cfg.Buffer == "" {
+		dir, err := os.MkdirTemp("", "iot-uplink-")
+		if err != nil {
+			return sum, err
+		}
+		defer os.RemoveAll(dir)
+		cfg.Buffer = filepath.Join(dir, "uplink.db")
 	}
 	openCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	edgeT, err := transport.Open(openCtx, edgeURL)
+	sensorsURL, err := withQuery(cfg.Broker, map[string]string{"format": "raw"})
 	if err != nil {
 		return sum, err
 	}
-	defer edgeT.Close(context.WithoutCancel(ctx))
-	edge, ok := edgeT.(*mqtt.Transport)
-	if !ok {
-		return sum, fmt.Errorf("-broker %s is not an MQTT URL", cfg.Broker)
-	}
-	upT, err := transport.Open(openCtx, cfg.Upstream)
-	if err != nil {
-		return sum, fmt.Errorf("upstream: %w", err)
-	}
-	defer upT.Close(context.WithoutCancel(ctx))
 	sensors, err := transport.Open(openCtx, sensorsURL) // the devices' own connection
 	if err != nil {
 		return sum, err
@@ -114,79 +97,56 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 
 	// A clean slate: forget what an earlier demo left in the broker.
 	if !cfg.Serve {
-		_ = edge.RemoveSession(openCtx, consumer)
-		_ = edge.RemoveDLQ(openCtx, dlq)
+		cleanSite(openCtx, sensors.(*mqtt.Transport), cfg.Site)
 	}
-
-	// The edge service: the recommended stack (dead-letter → retry →
-	// timeout → recover) around the typed reading handler. A malformed
-	// reading is a permanent error: straight to the DLQ topic, then acked.
-	e := &Edge{Site: cfg.Site, Threshold: cfg.Threshold, Upstream: upT, Log: cfg.Logger}
-	var deadLettered atomic.Int64
-	mw, err := middleware.Recommended(edgeT,
-		middleware.DLQ(dlq),
-		middleware.MaxAttempts(3),
-		middleware.Backoff(20*time.Millisecond, 200*time.Millisecond),
-		middleware.OnDeadLetter(func(string, *handler.Message, error) { deadLettered.Add(1) }),
-	)
+	g, err := StartGateway(openCtx, cfg)
 	if err != nil {
 		return sum, err
 	}
-	edgeRouter, err := ferry.NewRouter(ferry.WithLogger(cfg.Logger))
-	if err != nil {
-		return sum, err
+	stopped := false
+	stopGateway := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		return g.Stop()
 	}
-	if err := edgeRouter.Add("iot-readings", edgeT,
-		transport.Subscription{Topic: topicFilter, Consumer: consumer,
-			// One edge consumer per site: a plain persistent subscription,
-			// which Mosquitto keeps across its own restarts (it does not
-			// keep shared ones).
-			Options: map[string]string{mqtt.OptionShare: "false"}},
-		mw(e.Handle())); err != nil {
-		return sum, err
-	}
+	defer stopGateway()
 
 	// The upstream service: the same handler model on the upstream URL.
+	upT, err := transport.Open(openCtx, cfg.Upstream)
+	if err != nil {
+		return sum, fmt.Errorf("upstream: %w", err)
+	}
+	defer upT.Close(context.WithoutCancel(ctx))
 	up := &Upstream{}
 	upRouter, err := ferry.NewRouter(ferry.WithLogger(cfg.Logger))
 	if err != nil {
 		return sum, err
 	}
-	for _, topic := range []string{AlertsTopic, AggregatesTopic} {
+	for _, topic := range []string{ReadingsTopic, AlertsTopic, AggregatesTopic} {
 		if err := upRouter.Add("upstream-"+topic, upT, transport.Subscription{Topic: topic, Group: "iot-upstream"},
 			handler.HandlerFunc(up.Handle)); err != nil {
 			return sum, err
 		}
 	}
-	runCtx, stopRouters := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	var runErr error
-	var errMu sync.Mutex
-	for _, r := range []*ferry.Router{edgeRouter, upRouter} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := r.Run(runCtx); err != nil {
-				errMu.Lock()
-				runErr = errors.Join(runErr, err)
-				errMu.Unlock()
-			}
-		}()
-		select {
-		case <-r.Ready():
-		case <-time.After(15 * time.Second):
-			stopRouters()
-			wg.Wait()
-			return sum, fmt.Errorf("router not ready: %v", runErr)
-		}
+	runCtx, stopUpstream := context.WithCancel(context.WithoutCancel(ctx))
+	upDone := make(chan error, 1)
+	go func() { upDone <- upRouter.Run(runCtx) }()
+	select {
+	case <-upRouter.Ready():
+	case err := <-upDone:
+		stopUpstream()
+		return sum, fmt.Errorf("upstream router: %w", err)
 	}
 	stop := func() error {
-		stopRouters()
-		wg.Wait()
-		return runErr
+		err := stopGateway()
+		stopUpstream()
+		return errors.Join(err, <-upDone)
 	}
 
-	printf(out, "edge: consuming %s on %s (consumer %s), DLQ %s; upstream %s\n", topicFilter, cfg.Broker, consumer, dlq, cfg.Upstream)
+	printf(out, "edge: consuming sites/%s/sensors/+/temperature on %s (consumer %s), DLQ %s; upstream %s through %s\n",
+		cfg.Site, cfg.Broker, g.Consumer, g.DLQ, cfg.Upstream, filepath.Base(cfg.Buffer))
 	sum, err = simulate(ctx, cfg, sensors)
 	if err != nil {
 		_ = stop()
@@ -194,27 +154,27 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	}
 	printf(out, "sensors: %d devices published %d readings (%d malformed) at QoS 1\n", cfg.Devices, sum.Published, sum.Malformed)
 
-	// Wait until every reading is handled or dead-lettered and every event
-	// has reached the upstream service.
+	// Wait until every reading is handled or dead-lettered and everything
+	// forwarded has reached the upstream service.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		st := e.Stats()
-		a, g := up.Counts()
-		if st.Handled+int(deadLettered.Load()) >= sum.Published && a == st.Alerts && g == st.Aggregates {
+		st := g.Edge.Stats()
+		r, a, ag := up.Counts()
+		if st.Handled+g.DeadLettered() >= sum.Published && r == st.Readings && a == st.Alerts && ag == st.Aggregates {
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			_ = stop()
-			return sum, fmt.Errorf("demo incomplete after 30s: handled %d, dead-lettered %d of %d; upstream got %d/%d alerts, %d/%d aggregates",
-				st.Handled, deadLettered.Load(), sum.Published, a, st.Alerts, g, st.Aggregates)
+			return sum, fmt.Errorf("demo incomplete after 30s: handled %d, dead-lettered %d of %d; upstream got %d/%d readings, %d/%d alerts, %d/%d aggregates",
+				st.Handled, g.DeadLettered(), sum.Published, r, st.Readings, a, st.Alerts, ag, st.Aggregates)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	st := e.Stats()
-	sum.Handled, sum.DeadLettered = st.Handled, int(deadLettered.Load())
+	st := g.Edge.Stats()
+	sum.Handled, sum.DeadLettered, sum.Readings = st.Handled, g.DeadLettered(), st.Readings
 	sum.Alerts, sum.Aggregates, sum.OrderViolations = st.Alerts, st.Aggregates, st.OrderViolations
-	sum.UpstreamAlerts, sum.UpstreamAggregates = up.Counts()
-	dead, err := edge.ListDLQ(ctx, dlq, 100)
+	sum.UpstreamReadings, sum.UpstreamAlerts, sum.UpstreamAggregates = up.Counts()
+	dead, err := g.Local.ListDLQ(ctx, g.DLQ, 100)
 	if err != nil {
 		_ = stop()
 		return sum, err
@@ -224,11 +184,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	printf(out, "edge: handled %d readings in per-device order (%d order violations), dead-lettered %d malformed\n",
 		sum.Handled, sum.OrderViolations, sum.DeadLettered)
 	for _, m := range dead {
-		printf(out, "  DLQ %s: %q from %s: %s\n", dlq, m.Payload, m.Headers[transport.HeaderOriginalTopic], m.Headers[transport.HeaderError])
+		printf(out, "  DLQ %s: %q from %s: %s\n", g.DLQ, m.Payload, m.Headers[transport.HeaderOriginalTopic], m.Headers[transport.HeaderError])
 	}
-	printf(out, "edge: forwarded %d alerts (above %.1f °C) and %d aggregates of %d readings upstream\n",
-		sum.Alerts, cfg.Threshold, sum.Aggregates, window)
-	printf(out, "upstream (%s): received %d alerts and %d aggregates\n", cfg.Upstream, sum.UpstreamAlerts, sum.UpstreamAggregates)
+	printf(out, "edge: forwarded %d readings, %d alerts (above %.1f °C) and %d aggregates of %d readings upstream, through the buffer\n",
+		sum.Readings, sum.Alerts, cfg.Threshold, sum.Aggregates, window)
+	printf(out, "upstream (%s): received %d readings, %d alerts and %d aggregates\n", cfg.Upstream, sum.UpstreamReadings, sum.UpstreamAlerts, sum.UpstreamAggregates)
 	verdict := "OK"
 	if !sum.OK() {
 		verdict = "MISMATCH"
@@ -236,7 +196,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	printf(out, "summary: %s in %v\n", verdict, since(start))
 
 	if cfg.Serve {
-		printf(out, "serving %s until interrupted (Ctrl-C)…\n", topicFilter)
+		printf(out, "serving sites/%s/sensors/+/temperature until interrupted (Ctrl-C)…\n", cfg.Site)
 		<-ctx.Done()
 		return sum, stop()
 	}
@@ -244,9 +204,14 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	// Leave nothing behind on the broker: the demo's session and DLQ.
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer ccancel()
-	_ = edge.RemoveSession(cctx, consumer)
-	_ = edge.RemoveDLQ(cctx, dlq)
+	cleanSite(cctx, sensors.(*mqtt.Transport), cfg.Site)
 	return sum, err
+}
+
+// cleanSite removes the site's edge session and DLQ from the broker.
+func cleanSite(ctx context.Context, t *mqtt.Transport, site string) {
+	_ = t.RemoveSession(ctx, "iot-edge-"+site)
+	_ = t.RemoveDLQ(ctx, mqtt.DLQTopic("iot-readings-"+site))
 }
 
 // simulate publishes the sensors' readings: device i publishes
@@ -265,7 +230,7 @@ func simulate(ctx context.Context, cfg Config, p transport.Publisher) (Summary, 
 			dev := fmt.Sprintf("dev-%d", i)
 			topic := "sites/" + cfg.Site + "/sensors/" + dev + "/temperature"
 			for seq := range cfg.Readings {
-				r := Reading{Device: dev, Seq: seq, Celsius: 21 + float64(i) + 0.1*float64(seq), At: time.Now().UTC().Format(time.RFC3339Nano)}
+				r := Reading{ID: fmt.Sprintf("%s-%d", dev, seq), Device: dev, Seq: seq, Celsius: 21 + float64(i) + 0.1*float64(seq), At: time.Now().UTC().Format(time.RFC3339Nano)}
 				if i == 0 && seq%10 == 9 {
 					r.Celsius = cfg.Threshold + 5
 				}
@@ -298,16 +263,3 @@ func simulate(ctx context.Context, cfg Config, p transport.Publisher) (Summary, 
 	return sum, <-errs
 }
 
-// withQuery adds key=value to a URL's query unless the key is there.
-func withQuery(raw, key, value string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", fmt.Errorf("-broker: cannot parse the URL")
-	}
-	q := u.Query()
-	if q.Get(key) == "" {
-		q.Set(key, value)
-	}
-	u.RawQuery = q.Encode()
-	return u.String(), nil
-}
