@@ -25,8 +25,8 @@ type Gateway struct {
 	Local    *mqtt.Transport        // the site's broker
 	Upstream *forward.LazyPublisher // the uplink, opened when it can be
 	Buffer   *forward.Buffer        // in front of Upstream
-	DLQ      string              // where malformed readings go
-	Consumer string              // the edge's session at the site's broker
+	DLQ      string                 // where malformed readings go
+	Consumer string                 // the edge's session at the site's broker
 
 	router       *ferry.Router
 	deadLettered atomic.Int64

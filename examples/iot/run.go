@@ -262,4 +262,3 @@ func simulate(ctx context.Context, cfg Config, p transport.Publisher) (Summary, 
 	close(errs)
 	return sum, <-errs
 }
-
