@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -246,4 +247,62 @@ func TestPublishNotAuthorized(t *testing.T) {
 	if err := r.open(t, mqtt.Protocol(mqtt.MQTT311)).Publish(ctx, m); err != nil {
 		t.Errorf("MQTT 3.1.1: Publish = %v; want nil (the broker drops it silently)", err)
 	}
+}
+
+// TestPubacksInArrivalOrder: acks given in reverse order leave as PUBACKs
+// in arrival order (MQTT section 4.6), none before the first message is
+// acked, as the broker's log shows. On both protocols.
+func TestPubacksInArrivalOrder(t *testing.T) {
+	b := startPrivateBroker(t, "log_type all")
+	r := newReaper(t, b.addr())
+	eachProtocol(t, func(t *testing.T, p protocol) {
+		tr := r.open(t, p.opt())
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		topic, consumer := transporttest.UniqueName(t, "order"), transporttest.UniqueName(t, "c")
+		st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Consumer: consumer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close(ctx)
+		var ds []transport.Delivery
+		for i := range 5 {
+			if err := tr.Publish(ctx, &handler.Message{ID: fmt.Sprint("m", i), Topic: topic, Payload: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+			d, err := st.Receive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds = append(ds, d)
+		}
+		pubacks := func() []string {
+			return regexp.MustCompile(`Received PUBACK from `+regexp.QuoteMeta(consumer)+` \(Mid: (\d+)`).FindAllString(b.log(), -1)
+		}
+		for i := 4; i >= 1; i-- {
+			if err := ds[i].Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		if got := pubacks(); len(got) != 0 {
+			t.Fatalf("PUBACKs sent before the first message was acked: %q", got)
+		}
+		if err := ds[0].Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitLog := time.Now().Add(5 * time.Second)
+		for len(pubacks()) < 5 && time.Now().Before(waitLog) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		got := pubacks()
+		for i, line := range got {
+			if want := fmt.Sprintf("(Mid: %d", i+1); !strings.Contains(line, want) {
+				t.Fatalf("PUBACKs in the order %q; want Mid 1 to 5", got)
+			}
+		}
+		if len(got) != 5 {
+			t.Errorf("%d PUBACKs; want 5", len(got))
+		}
+	})
 }
