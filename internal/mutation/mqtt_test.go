@@ -46,11 +46,12 @@ func init() {
 			Name: "ack-out-of-order", // a PUBACK leaves at its Ack, before those of earlier messages
 			Pkg:  "./transport/mqtt", File: "transport/mqtt/ack.go",
 			Find: `	d.acked = true
-	for q.head < len(q.items) && q.items[q.head].acked {
-		q.items[q.head].pm.Ack()`,
+	due := q.due[:0]`,
 			Replace: `	d.acked = true
-	d.pm.Ack()
-	for q.head < len(q.items) && q.items[q.head].acked {`,
+	q.mu.Unlock()
+	q.send([]inbound{d.pm})
+	q.mu.Lock()
+	due := q.due[:0]`,
 			Run:      "^TestPubacksInArrivalOrder$",
 			Want:     "PUBACKs sent before the first message was acked",
 			Requires: mosquitto,

@@ -13,14 +13,18 @@ import (
 )
 
 // ackQueue keeps one connection's deliveries in arrival order and sends
-// their PUBACKs in that order: an ack is held until every earlier delivery
-// is settled (MQTT 3.1.1 section 4.6). Acks are not batched or delayed:
-// a PUBACK leaves as soon as it and every one before it are acked.
+// their acknowledgements in that order: an ack is held until every
+// earlier delivery is settled (MQTT section 4.6). Acks are not delayed: an
+// acknowledgement leaves as soon as it and every one before it are acked;
+// those that become due together leave together (one write on MQTT 5).
 type ackQueue struct {
-	epoch uint64 // the connection attempt it belongs to
-	mu    sync.Mutex
-	items []*delivery
-	head  int
+	epoch  uint64          // the connection attempt it belongs to
+	send   func([]inbound) // sends acknowledgements, in order
+	sendMu sync.Mutex      // held while a prefix is taken and sent: keeps the order between callers
+	mu     sync.Mutex      // guards items and head; never held during I/O
+	items  []*delivery
+	head   int
+	due    []inbound // sendMu's scratch
 }
 
 func (q *ackQueue) push(d *delivery) {
@@ -29,16 +33,19 @@ func (q *ackQueue) push(d *delivery) {
 	q.mu.Unlock()
 }
 
-// ack marks d acked and sends the PUBACKs of the settled prefix. The
-// library's Ack is called under q.mu so that PUBACKs leave in order; it
-// only hands the packet to the connection's writer (or drops it if that
-// connection is gone, in which case the broker redelivers on the next one).
+// ack marks d acked and sends the acknowledgements of the settled prefix.
+// The write happens outside q.mu, so that arrivals are not held up by
+// it; sendMu keeps concurrent callers' prefixes in order. If the
+// connection is gone, the acknowledgements are dropped and the broker
+// redelivers on the next one.
 func (q *ackQueue) ack(d *delivery) {
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	d.acked = true
+	due := q.due[:0]
 	for q.head < len(q.items) && q.items[q.head].acked {
-		q.items[q.head].pm.Ack()
+		due = append(due, q.items[q.head].pm)
 		q.items[q.head] = nil
 		q.head++
 	}
@@ -49,6 +56,19 @@ func (q *ackQueue) ack(d *delivery) {
 		n := copy(q.items, q.items[q.head:])
 		clear(q.items[n:])
 		q.items, q.head = q.items[:n], 0
+	}
+	q.mu.Unlock()
+	if len(due) > 0 {
+		q.send(due)
+	}
+	clear(due)
+	q.due = due
+}
+
+// ackEach sends acknowledgements one by one.
+func ackEach(due []inbound) {
+	for _, pm := range due {
+		pm.Ack()
 	}
 }
 

@@ -52,19 +52,17 @@ var (
 // the refusal. Messages of one goroutine leave in the order it called
 // PublishAsync, and their done calls come in that order.
 //
-// While [AsyncWindow] messages wait for their acknowledgements, and while
-// the connection is down, PublishAsync blocks, bounded by ctx (and the
-// CallTimeout when ctx has no deadline): if that ends first, m was not
-// accepted, done is not called, and the error wraps the context's error
-// (and [ErrNotConnected] if the connection was down). After Close it
+// While [AsyncWindow] messages wait for their acknowledgements (each for
+// at most the CallTimeout), and while the connection is down (at most the
+// CallTimeout), PublishAsync blocks, bounded by ctx: if that ends first,
+// m was not accepted, done is not called, and the error wraps the
+// context's error (and [ErrNotConnected] if the connection was down). After Close it
 // returns an error wrapping [transport.ErrClosed]. done must not block;
 // m must not be modified until done is called.
 func (t *Transport) PublishAsync(ctx context.Context, m *handler.Message, done func(error)) error {
 	if t.closed.Load() {
 		return fmt.Errorf("mqtt: publish %s: %w", m.Topic, transport.ErrClosed)
 	}
-	ctx, cancel := t.bound(ctx)
-	defer cancel()
 	q := &t.async
 	q.start(t)
 	select {

@@ -86,6 +86,20 @@ type conn interface {
 	disconnect(quiesce time.Duration)
 }
 
+// A batchAcker is a conn that sends several acknowledgements at once.
+type batchAcker interface {
+	ackAll(due []inbound)
+}
+
+// ackSender returns how c sends acknowledgements: all at once if it can,
+// else one by one.
+func ackSender(c conn) func([]inbound) {
+	if b, ok := c.(batchAcker); ok {
+		return b.ackAll
+	}
+	return ackEach
+}
+
 // connSpec is what a connection is opened with.
 type connSpec struct {
 	clientID  string

@@ -228,7 +228,9 @@ func (c *conn5) publish(ctx context.Context, out *outbound) (token, error) {
 		return nil, errNotSent
 	}
 	tok := &token5{done: make(chan struct{})}
-	pctx, cancel := context.WithTimeout(context.WithValue(ctx, tokenKey{}, tok), c.callTimeout)
+	// paho bounds the wait for the receive window by its PacketTimeout,
+	// the call timeout.
+	pctx, cancel := context.WithCancel(context.WithValue(ctx, tokenKey{}, tok))
 	tok.release = cancel
 	_, err := cm.Publish(pctx, &paho5.Publish{QoS: c.qos, Retain: out.retain, Topic: out.topic, Payload: out.payload, Properties: out.props})
 	cancel()
@@ -312,6 +314,14 @@ func (c *conn5) disconnect(quiesce time.Duration) {
 	}
 	c.isUp.Store(false)
 	_ = c.sess.Close()
+}
+
+// ackAll sends the acknowledgements of due, received on this connection,
+// in order (see session5.ackAll).
+func (c *conn5) ackAll(due []inbound) {
+	if c.spec.manualAck {
+		c.sess.ackAll(due)
+	}
 }
 
 // inbound5 is a PUBLISH received on a conn5.

@@ -79,14 +79,12 @@ func (t *Transport) publish(ctx context.Context, m *handler.Message, retain bool
 // publishAs is publish; ensure says whether to make sure a DLQ topic's
 // session exists first (ReplayDLQ, which holds it open, does not).
 func (t *Transport) publishAs(ctx context.Context, m *handler.Message, retain, ensure bool) error {
-	ctx, cancel := t.bound(ctx)
-	defer cancel()
 	p, err := t.prepare(ctx, m, retain, ensure)
 	if err != nil {
 		return err
 	}
-	tok, attemptErr := p.send(ctx)
-	return t.await(ctx, m.Topic, tok, attemptErr)
+	tok, sendErr := p.send(ctx)
+	return t.await(ctx, m.Topic, tok, sendErr)
 }
 
 // prepared is a message checked and encoded for sending, but for its
@@ -140,6 +138,8 @@ func (t *Transport) prepare(ctx context.Context, m *handler.Message, retain, ens
 		return nil, err
 	}
 	if dlq && ensure {
+		ctx, cancel := t.bound(ctx)
+		defer cancel()
 		if err := t.ensureDLQ(ctx, m.Topic); err != nil {
 			return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
 		}
@@ -182,8 +182,9 @@ func propsSize(p *paho5.PublishProperties) int {
 	return n
 }
 
-// send waits for the publishing connection and hands the message to it,
-// with the topic's next sequence number if it takes one.
+// send waits for the publishing connection (bounded by ctx and the
+// CallTimeout) and hands the message to it, with the topic's next
+// sequence number if it takes one.
 func (p *prepared) send(ctx context.Context) (token, error) {
 	t := p.t
 	if err := t.wait(ctx, p.out.topic); err != nil {
@@ -237,16 +238,15 @@ type topicSeq struct {
 
 // send publishes payload as it is, on topic, waiting as Publish says.
 func (t *Transport) send(ctx context.Context, topic string, payload []byte, retain bool) error {
-	ctx, cancel := t.bound(ctx)
-	defer cancel()
 	p := &prepared{t: t, out: outbound{topic: topic, payload: payload, retain: retain}}
 	tok, err := p.send(ctx)
 	return t.await(ctx, topic, tok, err)
 }
 
-// wait waits for the publishing connection, bounded by ctx.
+// wait waits for the publishing connection, bounded by ctx and the
+// CallTimeout.
 func (t *Transport) wait(ctx context.Context, topic string) error {
-	if err := t.conn.wait(ctx); err != nil {
+	if err := t.conn.wait(ctx, t.cfg.callTimeout); err != nil {
 		if errors.Is(err, transport.ErrClosed) {
 			return fmt.Errorf("mqtt: publish %s: %w", topic, transport.ErrClosed)
 		}
@@ -269,13 +269,31 @@ func (t *Transport) await(ctx context.Context, topic string, tok token, sendErr 
 	}
 	select {
 	case <-tok.Done():
-		if err := tok.Error(); err != nil {
-			return fmt.Errorf("mqtt: publish %s: %w", topic, err)
-		}
-		return nil
+		return tokErr(topic, tok)
+	default:
+	}
+	var timeout <-chan time.Time
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > t.cfg.callTimeout {
+		timer := time.NewTimer(t.cfg.callTimeout)
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	select {
+	case <-tok.Done():
+		return tokErr(topic, tok)
 	case <-ctx.Done():
 		return fmt.Errorf("mqtt: publish %s: no acknowledgement: %w: %w", topic, transport.ErrUnknownOutcome, ctx.Err())
+	case <-timeout:
+		return fmt.Errorf("mqtt: publish %s: no acknowledgement within the call timeout %v: %w: %w", topic, t.cfg.callTimeout, transport.ErrUnknownOutcome, context.DeadlineExceeded)
 	}
+}
+
+// tokErr is the result of a completed publish token.
+func tokErr(topic string, tok token) error {
+	if err := tok.Error(); err != nil {
+		return fmt.Errorf("mqtt: publish %s: %w", topic, err)
+	}
+	return nil
 }
 
 // validTopic checks a topic name for publishing: not empty, no wildcards,
@@ -340,14 +358,17 @@ func (c *connState) close() {
 	}
 }
 
-// wait returns nil once connected, or ctx's error, or ErrClosed.
-func (c *connState) wait(ctx context.Context) error {
+// wait returns nil once connected, or ctx's error, or
+// context.DeadlineExceeded after timeout, or ErrClosed.
+func (c *connState) wait(ctx context.Context, timeout time.Duration) error {
 	ready := *c.ready.Load()
 	select {
 	case <-ready:
 		return nil
 	default:
 	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	select {
 	case <-ready:
 		return nil
@@ -355,5 +376,7 @@ func (c *connState) wait(ctx context.Context) error {
 		return transport.ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-timer.C:
+		return fmt.Errorf("the call timeout %v passed: %w", timeout, context.DeadlineExceeded)
 	}
 }

@@ -126,7 +126,7 @@ func (w *watchState) readyCh() <-chan struct{} {
 // that a newer claim (published before the newer stream connected, which
 // is what closed this stream's connection) is seen first.
 func (t *Transport) barrier(ctx context.Context) error {
-	if err := t.conn.wait(ctx); err != nil {
+	if err := t.conn.wait(ctx, t.cfg.callTimeout); err != nil {
 		return err
 	}
 	select {

@@ -39,9 +39,11 @@ type session5 struct {
 	manual       bool
 	disconnected func(code byte, reason string)
 
-	mu   sync.Mutex // held around acks and connection changes
-	gen  uint64     // connections so far
+	mu   sync.Mutex    // held around acks and connection changes
+	gen  atomic.Uint64 // connections so far; written under mu
 	live bool
+	conn io.Writer // the current connection, while live
+	buf  []byte    // ackAll's scratch, under mu
 
 	tmu     sync.Mutex
 	byID    map[uint16]*token5           // publishes in the session, by packet identifier
@@ -59,11 +61,7 @@ func newSession5(manual bool, disconnected func(byte, string)) *session5 {
 }
 
 // generation returns the current connection's number.
-func (s *session5) generation() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.gen
-}
+func (s *session5) generation() uint64 { return s.gen.Load() }
 
 // ConAckReceived starts a new connection. If the broker had no session to
 // resume, paho forgets the publishes in flight: their tokens fail with an
@@ -72,8 +70,8 @@ func (s *session5) ConAckReceived(w io.Writer, cp *packets.Connect, ca *packets.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.State.ConAckReceived(w, cp, ca)
-	s.gen++
-	s.live = err == nil
+	s.gen.Add(1)
+	s.live, s.conn = err == nil, w
 	if !ca.SessionPresent {
 		s.failAll(fmt.Errorf("%w: %w", transport.ErrUnknownOutcome, errSessionGone))
 	}
@@ -91,7 +89,7 @@ func (s *session5) ConnectionLost(dp *packets.Disconnect) error {
 		s.disconnected(dp.ReasonCode, reason)
 	}
 	s.mu.Lock()
-	s.live = false
+	s.live, s.conn = false, nil
 	s.mu.Unlock()
 	return s.State.ConnectionLost(dp)
 }
@@ -113,10 +111,53 @@ func (s *session5) ack(qos byte, id uint16, gen uint64) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.live || gen != s.gen {
+	if !s.live || gen != s.gen.Load() {
 		return // the broker redelivers it on the new connection
 	}
 	_ = s.State.Ack(&packets.Publish{QoS: qos, PacketID: id})
+}
+
+// ackAll acknowledges due, in order, each if the connection it arrived on
+// is still the current one: the PUBACKs of QoS 1 messages in one write
+// (a PUBACK with reason code 0 and no properties is 4 bytes, MQTT 5
+// section 3.4.2.1), the PUBRECs of QoS 2 messages through the state,
+// which records them.
+func (s *session5) ackAll(due []inbound) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.live {
+		return
+	}
+	gen := s.gen.Load()
+	buf := s.buf[:0]
+	for _, in := range due {
+		m := in.(*inbound5)
+		switch {
+		case m.gen != gen || m.p.QoS == 0:
+		case m.p.QoS == 1:
+			buf = append(buf, packets.PUBACK<<4, 2, byte(m.p.PacketID>>8), byte(m.p.PacketID))
+		default:
+			buf = s.writeAcks(buf)
+			_ = s.State.Ack(&packets.Publish{QoS: m.p.QoS, PacketID: m.p.PacketID})
+		}
+	}
+	s.buf = s.writeAcks(buf)
+}
+
+// writeAcks writes buf to the connection, as one write, and returns it
+// emptied. paho's writers lock a connection that is a sync.Locker (TLS).
+func (s *session5) writeAcks(buf []byte) []byte {
+	if len(buf) == 0 {
+		return buf
+	}
+	if l, ok := s.conn.(sync.Locker); ok {
+		l.Lock()
+		_, _ = s.conn.Write(buf)
+		l.Unlock()
+	} else {
+		_, _ = s.conn.Write(buf)
+	}
+	return buf[:0]
 }
 
 // AddToSession records the token of a publish (from its context) once

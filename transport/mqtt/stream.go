@@ -138,7 +138,7 @@ func (s *stream) arrive(pm inbound) {
 	control := strings.HasPrefix(pm.Topic(), sessionTopicPrefix)
 	s.qmu.Lock()
 	if s.acks == nil || s.acks.epoch != ep {
-		s.acks = &ackQueue{epoch: ep} // a new connection: the old order is void
+		s.acks = &ackQueue{epoch: ep, send: ackSender(s.client)} // a new connection: the old order is void
 	}
 	d.q = s.acks
 	d.q.push(d)
