@@ -90,6 +90,15 @@ func init() {
 			Requires: mosquitto,
 		},
 		{
+			Name: "ignore-session-taken-over", // a DISCONNECT with reason code 0x8E does not stop the stream
+			Pkg:  "./transport/mqtt", File: "transport/mqtt/session5.go",
+			Find:     `	if dp != nil && s.disconnected != nil {`,
+			Replace:  `	if false {`,
+			Run:      "^TestTakenOverByReasonCode$",
+			Want:     "want ErrTakenOver",
+			Requires: mosquitto,
+		},
+		{
 			Name: "plaintext-credentials", // credentials are sent over plain TCP without allow_plaintext_auth
 			Pkg:  "./transport/mqtt", File: "transport/mqtt/url.go",
 			Find:     `	if server == "tcp://" && (cfg.username != "" || cfg.password != "") && !cfg.plaintextAuth {`,

@@ -49,7 +49,7 @@ func TestDocsPage(t *testing.T) {
 	}
 
 	var defined strings.Builder
-	for _, glob := range []string{"*_test.go", "../transporttest/*.go", "../../examples/iot/*_test.go"} {
+	for _, glob := range []string{"*_test.go", "../transporttest/*.go", "../../examples/iot/*_test.go", "../../forward/*_test.go"} {
 		files, _ := filepath.Glob(glob)
 		for _, f := range files {
 			b, _ := os.ReadFile(f)
@@ -81,12 +81,12 @@ func TestExamplesRun(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		tr := r.open(t)
-		for _, id := range []string{"inventory-1", "edge-lyon"} {
+		for _, id := range []string{"inventory-1", "edge-lyon", "ops-lyon"} {
 			if err := tr.RemoveSession(ctx, id); err != nil {
 				t.Errorf("RemoveSession(%s): %v", id, err)
 			}
 		}
-		for _, sub := range []transport.Subscription{{Group: "inventory"}, {Consumer: "edge-lyon"}} {
+		for _, sub := range []transport.Subscription{{Group: "inventory"}, {Consumer: "edge-lyon"}, {Consumer: "ops-lyon"}} {
 			if err := tr.RemoveDLQ(ctx, transport.DLQName(tr, sub)); err != nil {
 				t.Errorf("RemoveDLQ: %v", err)
 			}
@@ -101,6 +101,7 @@ func TestExamplesRun(t *testing.T) {
 	}{
 		{"Example_openFromURL", Example_openFromURL, "evt-1 order-42 t1 {\"order\":42}\n"},
 		{"ExampleNew_rawDevices", ExampleNew_rawDevices, "dev-7 r-1: {\"id\":\"r-1\",\"celsius\":21.5}\n"},
+		{"Example_publishOptions", Example_publishOptions, "alert-9 application/json true\n"},
 	} {
 		if got := captureStdout(t, c.run); got != c.want {
 			t.Errorf("%s printed %q, want %q", c.name, got, c.want)

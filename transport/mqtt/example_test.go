@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"strconv"
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
@@ -11,8 +12,8 @@ import (
 	"github.com/ferrymq/ferry/transport/mqtt"
 )
 
-// Open an MQTT transport by URL, on the default envelope: the consumer
-// gets the Message back as it was published, ID, Key and headers included.
+// Open an MQTT transport by URL: MQTT 5, ID, Key and headers in user
+// properties, so the consumer gets the Message back as it was published.
 func Example_openFromURL() {
 	ctx := context.Background()
 	t, err := transport.Open(ctx, "mqtt://127.0.0.1:1883")
@@ -66,5 +67,37 @@ func ExampleNew_rawDevices() {
 		log.Fatal(err)
 	}
 	fmt.Printf("%s %s: %s\n", d.Message().Key, d.Message().ID, d.Message().Payload)
+	_ = d.Ack(ctx)
+}
+
+// Publish options travel as headers, so that they survive an outbox or a
+// store-and-forward buffer: mqtt-message-expiry sets MQTT 5's Message
+// Expiry Interval, and content-type its Content Type. The consumer sees
+// what is left of the interval.
+func Example_publishOptions() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t, err := mqtt.New(ctx, "mqtt://127.0.0.1:1883")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close(ctx)
+	st, err := t.Subscribe(ctx, transport.Subscription{Topic: "sites/lyon/alerts", Consumer: "ops-lyon"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close(ctx)
+	err = t.Publish(ctx, &handler.Message{ID: "alert-9", Key: "dev-7", Topic: "sites/lyon/alerts", Payload: []byte(`{"celsius":41}`),
+		Headers: map[string]string{mqtt.HeaderMessageExpiry: "300", mqtt.HeaderContentType: "application/json"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := st.Receive(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	m := d.Message()
+	left, _ := strconv.Atoi(m.Headers[mqtt.HeaderMessageExpiry])
+	fmt.Println(m.ID, m.Headers[mqtt.HeaderContentType], left > 290)
 	_ = d.Ack(ctx)
 }
