@@ -127,7 +127,7 @@ func (d *delivery) check(op string) error {
 }
 
 // errNoNack is the cause in every Nack error.
-var errNoNack = fmt.Errorf("MQTT 3.1.1 has no negative acknowledgement: the broker redelivers an unacked message only when the session reconnects; retry in process and dead-letter (middleware), then Ack: %w", errors.ErrUnsupported)
+var errNoNack = fmt.Errorf("MQTT has no negative acknowledgement that redelivers: the broker redelivers an unacked message only when the session reconnects; retry in process and dead-letter (middleware), then Ack: %w", errors.ErrUnsupported)
 
 // Nack is not supported by MQTT: it returns an error wrapping
 // errors.ErrUnsupported and leaves the delivery unsettled, so that the

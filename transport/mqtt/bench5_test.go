@@ -224,22 +224,7 @@ func BenchmarkDrain(b *testing.B) {
 	compareSides(b,
 		func(n int) time.Duration {
 			id, filter := fillBacklog5(b, r, payload, n, true)
-			sub := r.open(b)
-			defer closeQuietly(sub)
-			var clock drainClock
-			rt, err := ferry.NewRouter()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := rt.Add("drain", sub, transport.Subscription{Topic: filter, Consumer: id}, handler.HandlerFunc(func(context.Context, *handler.Message) error {
-				clock.tick(n)
-				return nil
-			})); err != nil {
-				b.Fatal(err)
-			}
-			rr := ferrytest.Start(b, rt)
-			defer func() { _ = rr.Close(context.Background()) }()
-			return clock.wait(b, n)
+			return ferryDrain(b, r, id, filter, n)
 		},
 		func(n int) time.Duration {
 			id, _ := fillBacklog5(b, r, payload, n, false)
@@ -280,4 +265,26 @@ func fillBacklog5(b *testing.B, r *sessionReaper, payload []byte, n int, ferry b
 	defer disconnect5(pc)
 	pahoPublish5(b, pc, topics, payload, n)
 	return id, filter
+}
+
+// ferryDrain drains n messages queued for session id on filter with a
+// Router and a no-op handler, and returns the time from the first message
+// handled to the last.
+func ferryDrain(b *testing.B, r *sessionReaper, id, filter string, n int, opts ...mqtt.Option) time.Duration {
+	sub := r.open(b, opts...)
+	defer closeQuietly(sub)
+	var clock drainClock
+	rt, err := ferry.NewRouter()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := rt.Add("drain", sub, transport.Subscription{Topic: filter, Consumer: id}, handler.HandlerFunc(func(context.Context, *handler.Message) error {
+		clock.tick(n)
+		return nil
+	})); err != nil {
+		b.Fatal(err)
+	}
+	rr := ferrytest.Start(b, rt)
+	defer func() { _ = rr.Close(context.Background()) }()
+	return clock.wait(b, n)
 }

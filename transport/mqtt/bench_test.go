@@ -103,22 +103,7 @@ func BenchmarkDrain311(b *testing.B) {
 	compareSides(b,
 		func(n int) time.Duration {
 			id, filter := fillBacklog(b, r, payload, n, true)
-			sub := r.open(b, mqtt311...)
-			defer closeQuietly(sub)
-			var clock drainClock
-			rt, err := ferry.NewRouter()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := rt.Add("drain", sub, transport.Subscription{Topic: filter, Consumer: id}, handler.HandlerFunc(func(context.Context, *handler.Message) error {
-				clock.tick(n)
-				return nil
-			})); err != nil {
-				b.Fatal(err)
-			}
-			rr := ferrytest.Start(b, rt)
-			defer func() { _ = rr.Close(context.Background()) }()
-			return clock.wait(b, n)
+			return ferryDrain(b, r, id, filter, n, mqtt311...)
 		},
 		func(n int) time.Duration {
 			id, _ := fillBacklog(b, r, payload, n, false)

@@ -15,11 +15,9 @@ import (
 	"github.com/ferrymq/ferry/transport/mqtt"
 )
 
-// silentServer accepts TCP connections on 127.0.0.1 and, if connack is
-// set, answers the CONNECT with a CONNACK of the client's protocol
-// version; then it reads and ignores everything, answering nothing: the
-// hostile or hung server every network call needs a deadline against.
-func silentServer(t *testing.T, connack bool) string {
+// serveTCP accepts TCP connections on 127.0.0.1 and runs handle on each,
+// in a goroutine of its own, until t ends (which closes them).
+func serveTCP(t *testing.T, handle func(c net.Conn)) net.Listener {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -40,23 +38,34 @@ func silentServer(t *testing.T, connack bool) string {
 				defer wg.Done()
 				defer c.Close()
 				go func() { <-t.Context().Done(); _ = c.Close() }()
-				r := bufio.NewReader(c)
-				if connack {
-					body, err := readPacket(r)
-					if err != nil || len(body) < 7 {
-						return
-					}
-					if body[6] == 5 { // protocol level: MQTT 5
-						_, _ = c.Write([]byte{0x20, 3, 0, 0, 0})
-					} else {
-						_, _ = c.Write([]byte{0x20, 2, 0, 0})
-					}
-				}
-				_, _ = io.Copy(io.Discard, r)
+				handle(c)
 			}()
 		}
 	}()
-	return l.Addr().String()
+	return l
+}
+
+// silentServer accepts TCP connections on 127.0.0.1 and, if connack is
+// set, answers the CONNECT with a CONNACK of the client's protocol
+// version; then it reads and ignores everything, answering nothing: the
+// hostile or hung server every network call needs a deadline against.
+func silentServer(t *testing.T, connack bool) string {
+	t.Helper()
+	return serveTCP(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		if connack {
+			body, err := readPacket(r)
+			if err != nil || len(body) < 7 {
+				return
+			}
+			if body[6] == 5 { // protocol level: MQTT 5
+				_, _ = c.Write([]byte{0x20, 3, 0, 0, 0})
+			} else {
+				_, _ = c.Write([]byte{0x20, 2, 0, 0})
+			}
+		}
+		_, _ = io.Copy(io.Discard, r)
+	}).Addr().String()
 }
 
 // readPacket reads one MQTT packet and returns its body.

@@ -50,14 +50,16 @@ var ErrInvalidMessage = transport.ErrInvalidMessage
 // [transport.ErrRevoked].
 var ErrTakenOver = fmt.Errorf("mqtt: session taken over by another connection with the same client ID: %w", transport.ErrRevoked)
 
-// A Transport is a connection to an MQTT 3.1.1 broker (Mosquitto 2, say)
-// that publishes at QoS 1 and opens subscriptions, each on a connection and
+// A Transport is a connection to an MQTT broker (Mosquitto 2, say),
+// speaking MQTT 5 by default or MQTT 3.1.1 ([Protocol]), that publishes
+// at QoS 1 (or 2) and opens subscriptions, each on a connection and
 // persistent session of its own. Make one with [New], or with
 // [transport.Open] and an mqtt:// or mqtts:// URL.
 //
 // A Transport is a [transport.Transport], a [transport.Declarer], a
-// [transport.DLQNamer] and a [transport.DeadLetters]; all its methods may
-// be called concurrently.
+// [transport.DLQNamer], a [transport.DeadLetters], a
+// [transport.AsyncPublisher] and a [transport.BatchPublisher]; all its
+// methods may be called concurrently.
 type Transport struct {
 	cfg    config
 	broker string // the client library's server URI: tcp://host:port or ssl://host:port
@@ -95,19 +97,24 @@ var (
 // with the query keys of the package documentation; opts apply after the
 // URL's settings:
 //
-//   - connection: [ClientID], [Credentials], [TLSConfig], [CAFile],
-//     [ClientCert], [KeepAlive], [ConnectTimeout], [MaxReconnectInterval]
-//   - payloads: [PayloadFormat] ([Envelope] by default), [IDFrom], [KeyFrom],
-//     [MaxPayload]
-//   - publishing: [Retain]
-//   - dead letters and sessions: [DLQPrefix], [RemoveSessionsOnClose]
+//   - protocol: [Protocol] ([MQTT5] by default), [QoS]
+//   - connection: [ClientID], [Credentials], [AllowPlaintextAuth],
+//     [TLSConfig], [CAFile], [ClientCert], [KeepAlive], [ConnectTimeout],
+//     [CallTimeout], [MaxReconnectInterval]
+//   - payloads: [PayloadFormat] ([Properties] on MQTT 5, [Envelope] on
+//     3.1.1, by default), [IDFrom], [KeyFrom], [MaxPayload]
+//   - publishing: [Retain], [AsyncWindow]
+//   - dead letters and sessions: [DLQPrefix], [SessionExpiry],
+//     [RemoveSessionsOnClose]
 //   - [WithLogger]
 //
 // An invalid URL or option returns an error wrapping
-// [transport.ErrInvalidOption] that names it, before any connection. A
-// broker that cannot be reached within ctx and the [ConnectTimeout]
-// returns an error wrapping [ErrNotConnected]. Passwords never appear in
-// errors or logs.
+// [transport.ErrInvalidOption] that names it, before any connection;
+// credentials over a connection without TLS are one, unless
+// [AllowPlaintextAuth]. A broker that cannot be reached within ctx and the
+// [ConnectTimeout], or refuses the connection, returns an error wrapping
+// [ErrNotConnected] (and the broker's reason, [ErrNotAuthorized] say).
+// Passwords never appear in errors or logs.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
 	cfg, server, err := parse(rawURL, opts)
 	if err != nil {

@@ -395,8 +395,10 @@ func AllowPlaintextAuth() Option {
 // default is [ContentHash]; [JSONField] reads an ID the device put in its
 // JSON, and [FirstOf] falls back from one function to the next. What f
 // returns is the ID, even "" (no ID: dedupe cannot work). It applies to
-// [Raw] only: the envelope carries the ID. URL key: id=hash|json:<field>,
-// where json:<field> falls back to hash when the field is missing.
+// [Raw], and with [Properties] to messages without the ferry-id user
+// property (devices, other clients); the envelope carries the ID. URL
+// key: id=hash|json:<field>, where json:<field> falls back to hash when
+// the field is missing.
 func IDFrom(f IDFunc) Option {
 	return optionFunc(func(c *config) { c.idFunc = f })
 }
@@ -405,9 +407,10 @@ func IDFrom(f IDFunc) Option {
 // from a raw payload. The default is [TopicKey]: the topic, so that each
 // device's topic is handled in order. [TopicLevel] picks one level (the
 // device ID) and [JSONField] a JSON field. What f returns is the Key, even
-// "" (no ordering constraint). It applies to [Raw] only: the envelope
-// carries the Key. URL key: key=topic|level:<n>|json:<field>, where
-// json:<field> falls back to the topic when the field is missing.
+// "" (no ordering constraint). It applies to [Raw], and with
+// [Properties] to messages without the ferry-id user property; the
+// envelope carries the Key. URL key: key=topic|level:<n>|json:<field>,
+// where json:<field> falls back to the topic when the field is missing.
 func KeyFrom(f KeyFunc) Option {
 	return optionFunc(func(c *config) { c.keyFunc = f })
 }

@@ -145,30 +145,8 @@ type stubServer struct {
 
 func startStub(t *testing.T, kick string) *stubServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &stubServer{l: l, conns: map[string]int{}}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = l.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				go func() { <-t.Context().Done(); _ = c.Close() }()
-				s.serve(c, kick)
-			}()
-		}
-	}()
+	s := &stubServer{conns: map[string]int{}}
+	s.l = serveTCP(t, func(c net.Conn) { s.serve(c, kick) })
 	return s
 }
 

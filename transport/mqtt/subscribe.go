@@ -149,8 +149,9 @@ func (t *Transport) DLQName(sub transport.Subscription) string {
 }
 
 // Subscribe opens sub on a connection of its own with a persistent session
-// (clean session false) and subscribes to sub.Topic at QoS 1, returning
-// once the broker has acknowledged the subscription.
+// (clean session false; on MQTT 5 clean start false and the
+// [SessionExpiry]) and subscribes to sub.Topic at the Transport's [QoS],
+// returning once the broker has acknowledged the subscription.
 //
 //   - Topic is a topic filter: wildcards + and # are allowed.
 //   - Group names the consumer group. By default ([OptionShare] false) a
@@ -165,10 +166,12 @@ func (t *Transport) DLQName(sub transport.Subscription) string {
 //     and the Transport's [ClientID] if one is set, and "-2", "-3" … for
 //     further members in one Transport: members in separate processes need
 //     distinct client_id URL keys (or Consumers), stable across restarts.
-//   - StartAtOldest and MaxInFlight are ignored: MQTT keeps no history (a
-//     new subscription gets only the topic's retained message), and the
-//     broker sets the in-flight window (Mosquitto max_inflight_messages,
-//     20 by default).
+//   - MaxInFlight is, on MQTT 5, the Receive Maximum the connection
+//     announces: the broker sends at most that many unacknowledged
+//     messages (1024 when 0, at most 65535). On MQTT 3.1.1 the broker sets
+//     the window (Mosquitto max_inflight_messages, 20 by default).
+//   - StartAtOldest is ignored: MQTT keeps no history (a new subscription
+//     gets only the topic's retained message).
 //   - Options: "dlq" ([OptionDLQ]) and "share" ([OptionShare]). Other
 //     keys are an error.
 //
