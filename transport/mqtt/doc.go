@@ -142,7 +142,7 @@
 // silently, for a consumer that is away or merely behind. Ferry cannot
 // change the broker's configuration, but it sees the loss: every message
 // carries its publisher's ID and a sequence number per topic (user
-// properties ferry-pub and ferry-seq, or the envelope), and a stream that
+// property ferry-seq, "<publisher>:<n>", or the envelope), and a stream that
 // is its session's only consumer logs each gap at level Error and counts
 // it in [Transport.Missing]. Raw payloads and shared subscriptions cannot
 // see gaps.
@@ -162,8 +162,8 @@
 // refuses, with [ErrInvalidMessage] naming the field, what a broker would
 // refuse or a property could not carry back byte for byte: an empty ID;
 // text with invalid UTF-8, NUL, control characters or non-characters; a
-// string over 65,535 bytes; a header named ferry-id, ferry-key, ferry-pub
-// or ferry-seq; a property header with a value its property cannot carry.
+// string over 65,535 bytes; a header named ferry-id, ferry-key or
+// ferry-seq; a property header with a value its property cannot carry.
 //
 // Envelope (the MQTT 3.1.1 default): the payload is a JSON object,
 //

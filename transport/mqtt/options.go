@@ -80,7 +80,7 @@ const (
 	// Properties (the default with MQTT 5): the payload is the Message's
 	// Payload, byte for byte, and ID, Key and Headers travel as MQTT 5
 	// user properties ("ferry-id", "ferry-key", and each header under its
-	// own name), with the sequence number ("ferry-pub", "ferry-seq"). A few
+	// own name), with the sequence number ("ferry-seq"). A few
 	// headers map onto MQTT 5 properties instead (see the package
 	// documentation, "MQTT 5 properties"). A message without "ferry-id"
 	// (a device, mosquitto_pub) gets its ID and Key from [IDFrom] and

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	paho5 "github.com/eclipse/paho.golang/paho"
@@ -45,8 +46,7 @@ const (
 const (
 	propID  = transport.HeaderID  // Message.ID
 	propKey = transport.HeaderKey // Message.Key, when not empty
-	propPub = "ferry-pub"         // the publishing Transport's ID
-	propSeq = "ferry-seq"         // its sequence number for the topic
+	propSeq = "ferry-seq"         // "<publisher>:<n>": the publishing Transport's ID and its sequence number for the topic
 )
 
 // payloadUTF8 is the header value of Payload Format Indicator 1.
@@ -87,7 +87,7 @@ func isRuneError(s string) bool {
 
 // checkProps reports why m cannot travel in the Properties format byte
 // for byte: each value is an MQTT string (validString), ID is not empty,
-// no header takes a name of propID, propKey, propPub or propSeq, and the
+// no header takes a name of propID, propKey or propSeq, and the
 // property headers hold values their property carries. The error wraps
 // ErrInvalidMessage and names the field, never its value.
 func checkProps(m *handler.Message) error {
@@ -114,7 +114,7 @@ func checkPropHeader(m *handler.Message, k, v string) error {
 		return fmt.Errorf("a header name %v; an MQTT 5 user property cannot carry it byte for byte", err)
 	}
 	switch k {
-	case propID, propKey, propPub, propSeq:
+	case propID, propKey, propSeq:
 		return fmt.Errorf("header %q is reserved: this transport carries Message.ID, Message.Key and its sequence numbers under that name", k)
 	case HeaderCorrelationID:
 		switch {
@@ -166,8 +166,8 @@ func parseExpiry(v string) (uint32, error) {
 // which finishProps adds. m must have passed checkProps. A dead letter
 // (dlq) keeps HeaderMessageExpiry as a plain user property: a dead letter
 // must not expire in its DLQ, and its replay sets the property again.
-func encodeProps(m *handler.Message, pub string, dlq bool) *paho5.PublishProperties {
-	p := &paho5.PublishProperties{User: make(paho5.UserProperties, 0, len(m.Headers)+4)}
+func encodeProps(m *handler.Message, dlq bool) *paho5.PublishProperties {
+	p := &paho5.PublishProperties{User: make(paho5.UserProperties, 0, len(m.Headers)+3)}
 	p.User = append(p.User, paho5.UserProperty{Key: propID, Value: m.ID})
 	if m.Key != "" {
 		p.User = append(p.User, paho5.UserProperty{Key: propKey, Value: m.Key})
@@ -194,15 +194,15 @@ func encodeProps(m *handler.Message, pub string, dlq bool) *paho5.PublishPropert
 			p.User = append(p.User, paho5.UserProperty{Key: k, Value: v})
 		}
 	}
-	if pub != "" {
-		p.User = append(p.User, paho5.UserProperty{Key: propPub, Value: pub})
-	}
 	return p
 }
 
-// finishProps adds sequence number seq.
-func finishProps(p *paho5.PublishProperties, seq uint64) {
-	p.User = append(p.User, paho5.UserProperty{Key: propSeq, Value: strconv.FormatUint(seq, 10)})
+// finishProps adds publisher pub's sequence number seq, in one user
+// property (each property costs the broker an allocation).
+func finishProps(p *paho5.PublishProperties, pub string, seq uint64) {
+	v := make([]byte, 0, len(pub)+21)
+	v = append(append(v, pub...), ':')
+	p.User = append(p.User, paho5.UserProperty{Key: propSeq, Value: string(strconv.AppendUint(v, seq, 10))})
 }
 
 // decodeProps fills m's ID, Key, Headers and Payload from a message in the
@@ -231,10 +231,12 @@ func decodeProps(p *paho5.PublishProperties, topic string, payload []byte, m *ha
 				id, hasID = u.Value, true
 			case propKey:
 				key, hasKey = u.Value, true
-			case propPub:
-				pub = u.Value
 			case propSeq:
-				seq, _ = strconv.ParseUint(u.Value, 10, 64)
+				if i := strings.LastIndexByte(u.Value, ':'); i > 0 {
+					if n, err := strconv.ParseUint(u.Value[i+1:], 10, 64); err == nil {
+						pub, seq = u.Value[:i], n
+					}
+				}
 			default:
 				header(u.Key, u.Value)
 			}

@@ -32,8 +32,8 @@ func onTheWire(t testing.TB, topic string, payload []byte, props *paho5.PublishP
 // propsRoundTrip sends m through the Properties format and the wire.
 func propsRoundTrip(t testing.TB, m *handler.Message) (*handler.Message, string, uint64) {
 	t.Helper()
-	props := encodeProps(m, "pub-1", false)
-	finishProps(props, 42)
+	props := encodeProps(m, false)
+	finishProps(props, "pub-1", 42)
 	in := onTheWire(t, m.Topic, m.Payload, props)
 	out := &handler.Message{}
 	pub, seq := decodeProps(in.Properties, in.Topic, in.Payload, out, ContentHash, TopicKey)
@@ -122,7 +122,7 @@ func TestCheckPropsRefuses(t *testing.T) {
 // and Key come from the functions, user properties are headers, the last
 // of a repeated name wins.
 func TestDecodePropsForeign(t *testing.T) {
-	props := &paho5.PublishProperties{User: paho5.UserProperties{{Key: "k", Value: "1"}, {Key: "k", Value: "2"}, {Key: "ferry-seq", Value: "x"}}}
+	props := &paho5.PublishProperties{User: paho5.UserProperties{{Key: "k", Value: "1"}, {Key: "k", Value: "2"}, {Key: "ferry-seq", Value: "p:x"}}}
 	var m handler.Message
 	pub, seq := decodeProps(props, "t/1", []byte("p"), &m, ContentHash, TopicKey)
 	if m.ID != ContentHash("t/1", []byte("p")) || m.Key != "t/1" || !maps.Equal(m.Headers, map[string]string{"k": "2"}) || pub != "" || seq != 0 {

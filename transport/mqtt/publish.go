@@ -126,7 +126,7 @@ func (t *Transport) prepare(ctx context.Context, m *handler.Message, retain, ens
 			return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
 		}
 		p.out.payload = m.Payload
-		p.out.props = encodeProps(m, t.pubID, dlq)
+		p.out.props = encodeProps(m, dlq)
 	default:
 		if err := checkEnvelope(m); err != nil {
 			return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
@@ -202,7 +202,7 @@ func (p *prepared) send(ctx context.Context) (token, error) {
 	if p.env != nil {
 		p.out.payload = finishEnvelope(p.env, seq.last+1)
 	} else {
-		finishProps(p.out.props, seq.last+1)
+		finishProps(p.out.props, t.pubID, seq.last+1)
 	}
 	tok, err := t.pub.publish(ctx, &p.out)
 	if err == nil {
