@@ -87,12 +87,50 @@ func disconnect5(cm *autopaho.ConnectionManager) {
 
 // pahoPublish5 publishes n messages with benchWindow goroutines each
 // waiting for its PUBACK: raw paho.golang's way to keep a window of
-// publishes in flight.
-func pahoPublish5(b *testing.B, cm *autopaho.ConnectionManager, topics []string, payload []byte, n int) {
+// publishes in flight. With props, each message carries the user
+// properties Ferry's carry (an ID and a publisher's sequence number).
+func pahoPublish5(b *testing.B, cm *autopaho.ConnectionManager, topics []string, payload []byte, n int, props ...bool) {
 	parallel(n, func(i int) error {
-		_, err := cm.Publish(context.Background(), &paho5.Publish{QoS: 1, Topic: topics[i%benchTopics], Payload: payload})
+		p := &paho5.Publish{QoS: 1, Topic: topics[i%benchTopics], Payload: payload}
+		if len(props) > 0 && props[0] {
+			p.Properties = &paho5.PublishProperties{User: paho5.UserProperties{
+				{Key: "ferry-id", Value: "m" + strconv.Itoa(i)}, {Key: "ferry-seq", Value: "0123456789abcdef:" + strconv.Itoa(i)},
+			}}
+		}
+		_, err := cm.Publish(context.Background(), p)
 		return err
 	}, b)
+}
+
+// BenchmarkPublishEqualShape is BenchmarkPublish (under Mosquitto's
+// default Nagle setting) with raw paho.golang publishing what Ferry does:
+// the payload with an ID and a sequence number in two user properties.
+// BenchmarkPublish measures what carrying them costs against a bare
+// payload; this measures the client's own cost.
+//
+//	go test -run XXX -bench 'PublishEqualShape$' -benchtime 70000x ./transport/mqtt/
+func BenchmarkPublishEqualShape(b *testing.B) {
+	payload := benchPayload()
+	r := newReaper(b, startPrivateBroker(b).addr())
+	compareSides(b,
+		func(n int) time.Duration {
+			pub := r.open(b)
+			defer closeQuietly(pub)
+			topics := benchTopicNames("ferry-bench/" + transporttest.UniqueName(b, "f") + "/")
+			start := time.Now()
+			parallel(n, func(i int) error {
+				return pub.Publish(context.Background(), &handler.Message{ID: "m" + strconv.Itoa(i), Topic: topics[i%benchTopics], Payload: payload})
+			}, b)
+			return time.Since(start)
+		},
+		func(n int) time.Duration {
+			cm := connectPaho5(b, r.addr, paho5.ClientConfig{ClientID: transporttest.UniqueName(b, "p")}, true, 0, 0)
+			defer disconnect5(cm)
+			topics := benchTopicNames("ferry-bench/" + transporttest.UniqueName(b, "p") + "/")
+			start := time.Now()
+			pahoPublish5(b, cm, topics, payload, n, true)
+			return time.Since(start)
+		})
 }
 
 // BenchmarkPublish: Transport.Publish from benchWindow (64) goroutines

@@ -21,7 +21,7 @@ import (
 // names the option that keeps it.
 func TestDeclareMatchesStream(t *testing.T) {
 	r := shared(t)
-	env, raw := r.open(t), r.open(t, mqtt.PayloadFormat(mqtt.Raw))
+	env, raw, env311 := r.open(t), r.open(t, mqtt.PayloadFormat(mqtt.Raw)), r.open(t, mqtt.Protocol(mqtt.MQTT311))
 	topic := "ferry-test/" + transporttest.UniqueName(t, "declare") + "/+"
 	g := transporttest.UniqueName(t, "g")
 	for _, c := range []struct {
@@ -39,6 +39,8 @@ func TestDeclareMatchesStream(t *testing.T) {
 		{"share=true", env, transport.Subscription{Topic: topic, Group: g + "-s", Options: map[string]string{"share": "true"}}, transport.OrderNone, true, mqtt.DLQTopic(g + "-s")},
 		{"dlq option", env, transport.Subscription{Topic: topic, Group: g + "-d", Options: map[string]string{"dlq": "dead/" + g + ".dlq"}}, transport.OrderPerTopic, true, "dead/" + g + ".dlq"},
 		{"raw", raw, transport.Subscription{Topic: topic, Group: g + "-r"}, transport.OrderPerTopic, false, mqtt.DLQTopic(g + "-r")},
+		{"3.1.1", env311, transport.Subscription{Topic: topic, Group: g + "-3"}, transport.OrderPerTopic, true, mqtt.DLQTopic(g + "-3")},
+		{"3.1.1 share=true", env311, transport.Subscription{Topic: topic, Group: g + "-3s", Options: map[string]string{"share": "true"}}, transport.OrderNone, true, mqtt.DLQTopic(g + "-3s")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			want, err := c.tr.Declare(c.sub)

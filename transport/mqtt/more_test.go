@@ -72,11 +72,15 @@ func TestConcurrentPublishesKeepSequence(t *testing.T) {
 // TestAckAfterReconnectIsRevoked: a message received on a connection that
 // is then lost (the broker restarts) cannot be acked: Ack returns an
 // error wrapping transport.ErrRevoked, and the broker redelivers it on the
-// new connection with the DUP flag (Facts.Attempt 2).
+// new connection with the DUP flag (Facts.Attempt 2). On both protocols.
 func TestAckAfterReconnectIsRevoked(t *testing.T) {
+	eachProtocol(t, testAckAfterReconnectIsRevoked)
+}
+
+func testAckAfterReconnectIsRevoked(t *testing.T, p protocol) {
 	b := startPrivateBroker(t)
 	r := newReaper(t, b.addr())
-	tr := r.open(t, mqtt.MaxReconnectInterval(time.Second))
+	tr := r.open(t, p.opt(), mqtt.MaxReconnectInterval(time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := tr.Subscribe(ctx, transport.Subscription{Topic: "revoked", Group: "g"})
@@ -109,10 +113,14 @@ func TestAckAfterReconnectIsRevoked(t *testing.T) {
 
 // TestPublishRetained: a retained message reaches a subscriber that
 // subscribes after it was published, with its ID; an ordinary one does
-// not.
+// not. On both protocols.
 func TestPublishRetained(t *testing.T) {
+	eachProtocol(t, testPublishRetained)
+}
+
+func testPublishRetained(t *testing.T, p protocol) {
 	r := shared(t)
-	tr := r.open(t)
+	tr := r.open(t, p.opt())
 	topic := "ferry-test/" + transporttest.UniqueName(t, "retained")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -123,7 +131,7 @@ func TestPublishRetained(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { // clear the retained message: an empty raw payload, retained
-		raw := r.open(t, mqtt.PayloadFormat(mqtt.Raw))
+		raw := r.open(t, p.opt(), mqtt.PayloadFormat(mqtt.Raw))
 		_ = raw.PublishRetained(context.Background(), &handler.Message{Topic: topic})
 	}()
 	st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: transporttest.UniqueName(t, "g")})
