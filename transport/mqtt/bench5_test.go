@@ -326,3 +326,40 @@ func ferryDrain(b *testing.B, r *sessionReaper, id, filter string, n int, opts .
 	defer func() { _ = rr.Close(context.Background()) }()
 	return clock.wait(b, n)
 }
+
+// BenchmarkPublishOneAtATime: one goroutine publishing and waiting for
+// each PUBACK before the next (Transport.Publish; paho.golang's Publish),
+// under both Mosquitto TCP settings: where the broker's Nagle setting
+// shows most.
+//
+//	go test -run XXX -bench 'PublishOneAtATime$' -benchtime 5000x ./transport/mqtt/
+func BenchmarkPublishOneAtATime(b *testing.B) {
+	payload := benchPayload()
+	eachTCPSetting(b, func(b *testing.B, r *sessionReaper) {
+		compareSides(b,
+			func(n int) time.Duration {
+				pub := r.open(b)
+				defer closeQuietly(pub)
+				topic := "ferry-bench/" + transporttest.UniqueName(b, "f")
+				start := time.Now()
+				for i := range n {
+					if err := pub.Publish(context.Background(), &handler.Message{ID: "m" + strconv.Itoa(i), Topic: topic, Payload: payload}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				return time.Since(start)
+			},
+			func(n int) time.Duration {
+				cm := connectPaho5(b, r.addr, paho5.ClientConfig{ClientID: transporttest.UniqueName(b, "p")}, true, 0, 0)
+				defer disconnect5(cm)
+				topic := "ferry-bench/" + transporttest.UniqueName(b, "p")
+				start := time.Now()
+				for range n {
+					if _, err := cm.Publish(context.Background(), &paho5.Publish{QoS: 1, Topic: topic, Payload: payload}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				return time.Since(start)
+			})
+	})
+}
