@@ -13,15 +13,34 @@ import (
 )
 
 // A tally counts what background consumers received, by ID and by member.
+// Where scope is set, it also checks that the members of a group keep the
+// ordering scope the stream declares (see receive).
 type tally struct {
 	mu      sync.Mutex
 	counts  map[string]int
 	members map[string]int
 	wake    chan struct{}
+
+	// scope names a message's ordering scope (its Key, or the topic); nil
+	// checks no order. hold is how long a consumer keeps a delivery
+	// unsettled after counting it, so that another member receiving the
+	// same scope meanwhile is seen.
+	scope      func(b body) string
+	hold       time.Duration
+	last       map[string]body           // scope -> the newest first sighting
+	holders    map[string]map[string]int // scope -> member -> deliveries held
+	violations []string
 }
 
 func newTally() *tally {
 	return &tally{counts: make(map[string]int), members: make(map[string]int), wake: make(chan struct{}, 1)}
+}
+
+// ordered makes tl check the ordering scope that scope names.
+func (tl *tally) ordered(scope func(b body) string, hold time.Duration) {
+	tl.scope, tl.hold = scope, hold
+	tl.last = make(map[string]body)
+	tl.holders = make(map[string]map[string]int)
 }
 
 func (tl *tally) add(member, id string) {
@@ -33,6 +52,47 @@ func (tl *tally) add(member, id string) {
 	case tl.wake <- struct{}{}:
 	default:
 	}
+}
+
+// receive counts b at member before it is settled, and, where tl checks an
+// ordering scope, records a violation if another member holds a delivery
+// of the same scope unsettled (two members working on one scope at once),
+// or if b is the first sighting of a message older than one of its scope
+// already seen. The caller calls settled once it has settled b.
+func (tl *tally) receive(member string, b body) {
+	tl.mu.Lock()
+	if tl.scope != nil {
+		sc := tl.scope(b)
+		for other, n := range tl.holders[sc] {
+			if other != member && n > 0 && len(tl.violations) < 10 {
+				tl.violations = append(tl.violations, fmt.Sprintf("member %s received %s (seq %d) while member %s held a message of the same scope unsettled", member, b.ID, b.Seq, other))
+			}
+		}
+		if tl.counts[b.ID] == 0 {
+			if prev, ok := tl.last[sc]; ok && b.Seq < prev.Seq && len(tl.violations) < 10 {
+				tl.violations = append(tl.violations, fmt.Sprintf("member %s received %s (seq %d) after %s (seq %d) of the same scope had been received", member, b.ID, b.Seq, prev.ID, prev.Seq))
+			}
+			if b.Seq >= tl.last[sc].Seq {
+				tl.last[sc] = b
+			}
+		}
+		if tl.holders[sc] == nil {
+			tl.holders[sc] = make(map[string]int)
+		}
+		tl.holders[sc][member]++
+	}
+	tl.mu.Unlock()
+	tl.add(member, b.ID)
+}
+
+// settled records that member settled b.
+func (tl *tally) settled(member string, b body) {
+	if tl.scope == nil {
+		return
+	}
+	tl.mu.Lock()
+	tl.holders[tl.scope(b)][member]--
+	tl.mu.Unlock()
 }
 
 // waitFor waits until every ID of want has been counted, or within passes.
@@ -83,9 +143,16 @@ func consume(t testing.TB, st transport.Stream, member string, tl *tally) {
 					continue
 				}
 				id := ident(t, p.sem, d.Message())
+				b, _ := parse(d.Message())
+				b.ID = id
+				tl.receive(member, b)
+				if tl.hold > 0 {
+					time.Sleep(tl.hold)
+				}
 				actx, cancel := context.WithTimeout(context.Background(), opTimeout)
 				err := d.Ack(actx)
 				cancel()
+				tl.settled(member, b)
 				if errors.Is(err, transport.ErrRevoked) {
 					// A rebalance moved it; the new owner gets it again,
 					// and the duplicate count judges whether that is allowed.
@@ -93,7 +160,6 @@ func consume(t testing.TB, st transport.Stream, member string, tl *tally) {
 				} else if err != nil {
 					t.Errorf("Ack(%q): %v", id, err)
 				}
-				tl.add(member, id)
 			case <-p.done:
 				return
 			}
@@ -111,6 +177,18 @@ func consume(t testing.TB, st transport.Stream, member string, tl *tally) {
 // A duplicate is allowed only where Semantics.Ack is AckOffset: a
 // rebalance hands a partition over at its last committed offset, and
 // commits are coalesced, so acked messages after it are delivered again.
+//
+// The members must keep the declared ordering scope between them: where
+// Ordering is per-key (per-topic), no member receives a message of a key
+// (of the topic) while the other holds one of it unsettled, and no
+// message arrives after a later one of its key (topic). Each member holds
+// each delivery for a moment before acking it, so that two members working
+// on one scope at once are seen. A scope may move from one member to the
+// other (a rebalance, a FIFO group handed on after an ack, a session taken
+// over), but only once its messages held are settled. So a transport whose
+// competing consumers split what it declares ordered fails, and, where
+// Ordering is per-topic, one member may be a standby (single active
+// consumer) and get nothing.
 func (s *suite) testCompete(t *testing.T) {
 	topic := s.topic(t, "compete")
 	group := UniqueName(t, "g")
@@ -119,15 +197,23 @@ func (s *suite) testCompete(t *testing.T) {
 	stB := s.subscribe(t, b, s.sub(t, topic, group))
 	sem := stA.Semantics()
 	tl := newTally()
+	switch sem.Ordering {
+	case transport.OrderPerKey:
+		tl.ordered(func(b body) string { return b.Key }, time.Millisecond)
+	case transport.OrderPerTopic:
+		tl.ordered(func(body) string { return "" }, time.Millisecond)
+	}
 	consume(t, stA, "A", tl)
 	consume(t, stB, "B", tl)
 
-	const wave, maxWaves = 25, 20
+	const wave, maxWaves, keys = 25, 20, 5
 	var all []string
+	seq := 0
 	for w := range maxWaves {
 		batch := ids(fmt.Sprintf("w%02d", w), wave)
-		for i, id := range batch {
-			publish(t, a, newMsg(topic, id, id, i))
+		for _, id := range batch {
+			publish(t, a, newMsg(topic, id, keyName(seq%keys), seq))
+			seq++
 		}
 		all = append(all, batch...)
 		if missing := tl.waitFor(all, redeliverWithin(sem)); len(missing) > 0 {
@@ -140,7 +226,7 @@ func (s *suite) testCompete(t *testing.T) {
 	}
 	waitQuiet(tl)
 	counts, members := tl.snapshot()
-	t.Logf("%d messages: member A got %d, member B got %d", len(all), members["A"], members["B"])
+	t.Logf("%d messages over %d keys: member A got %d, member B got %d", len(all), keys, members["A"], members["B"])
 	standby := sem.Ordering == transport.OrderPerTopic
 	if standby && (members["A"] == 0 || members["B"] == 0) {
 		// Total order across a group needs one active member at a time
@@ -150,6 +236,11 @@ func (s *suite) testCompete(t *testing.T) {
 		t.Errorf("after %d messages one member of the group got nothing (A %d, B %d): the group does not share the work",
 			len(all), members["A"], members["B"])
 	}
+	tl.mu.Lock()
+	for _, v := range tl.violations {
+		t.Errorf("Semantics.Ordering is %v, but the group's competing members broke it: %s", sem.Ordering, v)
+	}
+	tl.mu.Unlock()
 	exactlyOnce(t, all, counts, sem.Ack == transport.AckOffset,
 		"Semantics.Ack is offset: a rebalance redelivers acked messages past the committed offset")
 }

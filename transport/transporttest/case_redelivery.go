@@ -356,41 +356,6 @@ func (s *suite) testAttempts(t *testing.T) {
 	s.cov.exercise("Attempts")
 }
 
-// testExtend proves Semantics.Extend: deliveries implement
-// transport.Extender, and Extend returns nil and leaves the delivery
-// ackable. Where Extend is false, a delivery that still implements
-// Extender must answer errors.ErrUnsupported.
-func (s *suite) testExtend(t *testing.T) {
-	conn := s.open(t)
-	topic := s.topic(t, "extend")
-	st := s.subscribe(t, conn, s.sub(t, topic, UniqueName(t, "g")))
-	sem := st.Semantics()
-	p := startPump(t, st)
-	publish(t, conn, newMsg(topic, "leased", "k", 1))
-	d := p.next(t, margin, "the message")
-	defer ack(t, d)
-	x, ok := d.(transport.Extender)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	if !sem.Extend {
-		if ok {
-			if err := x.Extend(ctx, time.Second); !isUnsupported(err) {
-				t.Errorf("Semantics.Extend is false, but the delivery implements Extender and Extend = %v; want an error wrapping errors.ErrUnsupported", err)
-			}
-		}
-		t.Skipf("Semantics.Extend is false")
-	}
-	if !ok {
-		t.Fatalf("Semantics.Extend is true, but the delivery (%T) does not implement transport.Extender", d)
-	}
-	for i := range 2 {
-		if err := x.Extend(ctx, 30*time.Second); err != nil {
-			t.Errorf("Extend #%d: %v", i+1, err)
-		}
-	}
-	s.cov.exercise("Extend")
-}
-
 // testNativeDLQ proves Semantics.NativeDLQ with the harness's
 // DeadLetterMaker: a message nacked as many times as the broker's limit is
 // moved by the broker to the dead-letter queue, with its ID and payload, is

@@ -261,7 +261,7 @@ func (s *suite) testRouterPoison(t *testing.T) {
 			publish(t, conn, newMsg(topic, id, keyName(k), seq))
 			want = append(want, id)
 			if k == 0 && seq == 3 {
-				publish(t, conn, &handler.Message{ID: "poison", Key: keyName(0), Topic: topic,
+				publishCarried(t, conn, sem, &handler.Message{ID: "poison", Key: keyName(0), Topic: topic,
 					Payload: []byte(`{"id":"poison","key":"k000","seq":` + "\xff\x00")})
 			}
 		}

@@ -72,6 +72,21 @@ type DeadLetterMaker interface {
 	MakeDeadLetter(tb testing.TB, sub transport.Subscription) (withDLQ, dlq transport.Subscription, maxDeliveries int)
 }
 
+// A LeaseMaker is a Harness whose broker leases deliveries (SQS
+// visibility, a Redis PEL entry's idle time), for transports whose streams
+// declare Semantics.Extend. Without it the Extend case cannot show that
+// Extend keeps a lease, it skips, and a transport that declares Extend
+// then fails the suite.
+type LeaseMaker interface {
+	// MakeLease returns sub changed so that each delivery is leased for
+	// lease (short: a few seconds at most) and nothing extends the lease
+	// but Extend: the transport's own heartbeat is off (SQS max_extension
+	// 0s, Redis max_extend at its least), so that a delivery held past its
+	// lease without Extend is delivered again. It keeps Topic, Group and
+	// Consumer as given.
+	MakeLease(tb testing.TB, sub transport.Subscription) (leased transport.Subscription, lease time.Duration)
+}
+
 // A Restarter is a Harness that can restart the broker, keeping its
 // durable state. It is optional; the Restart case runs only with it, and
 // runs alone, before the parallel cases start.

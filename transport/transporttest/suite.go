@@ -80,12 +80,15 @@ var parallelCases = []testCase{
 	{"RoundTrip", (*suite).testRoundTrip},
 	{"Headers", (*suite).testHeaders},
 	{"MaxPayload", (*suite).testMaxPayload},
+	{"InvalidMessage", (*suite).testInvalidMessage},
+	{"Declare", (*suite).testDeclare},
 	{"Groups/Compete", (*suite).testCompete},
 	{"Groups/FanOut", (*suite).testFanOut},
 	{"Replay", (*suite).testReplay},
 	{"Ordering/PerKey", (*suite).testOrderingPerKey},
 	{"Ordering/PerKeyRouter", (*suite).testOrderingPerKeyRouter},
 	{"Ordering/PerTopic", (*suite).testOrderingPerTopic},
+	{"Ordering/Hint", (*suite).testOrderingHint},
 	{"Ack", (*suite).testAck},
 	{"Redelivery/OnNack", (*suite).testRedeliveryOnNack},
 	{"Redelivery/OnReconnect", (*suite).testRedeliveryOnReconnect},
@@ -95,6 +98,8 @@ var parallelCases = []testCase{
 	{"Extend", (*suite).testExtend},
 	{"MaxUnsettled", (*suite).testMaxUnsettled},
 	{"NativeDLQ", (*suite).testNativeDLQ},
+	{"DeadLetter", (*suite).testDeadLetter},
+	{"Revoked", (*suite).testRevoked},
 	{"Settle/Twice", (*suite).testSettleTwice},
 	{"Cancel/Receive", (*suite).testCancelReceive},
 	{"Cancel/Router", (*suite).testCancelRouter},
@@ -130,8 +135,8 @@ func (s *suite) probe(t *testing.T) {
 
 // describe renders sem for logs.
 func describe(sem transport.Semantics) string {
-	return fmt.Sprintf("Ordering=%v Ack=%v Redelivery=%v NackDelay=%t Attempts=%t Extend=%t NativeDLQ=%t FanOut=%t Replay=%t Headers=%t MaxPayload=%d RedeliveryDelay=%v MaxUnsettled=%d",
-		sem.Ordering, sem.Ack, sem.Redelivery, sem.NackDelay, sem.Attempts, sem.Extend,
+	return fmt.Sprintf("Ordering=%v OrderingHint=%q Ack=%v Redelivery=%v NackDelay=%t Attempts=%t Extend=%t NativeDLQ=%t FanOut=%t Replay=%t Headers=%t MaxPayload=%d RedeliveryDelay=%v MaxUnsettled=%d",
+		sem.Ordering, sem.OrderingHint, sem.Ack, sem.Redelivery, sem.NackDelay, sem.Attempts, sem.Extend,
 		sem.NativeDLQ, sem.FanOut, sem.Replay, sem.Headers, sem.MaxPayload, sem.RedeliveryDelay, sem.MaxUnsettled)
 }
 
@@ -178,8 +183,10 @@ func (s *suite) subscribe(t testing.TB, conn transport.Subscriber, sub transport
 	if err != nil {
 		t.Fatalf("Subscribe(topic %q, group %q): %v", sub.Topic, sub.Group, err)
 	}
-	s.cov.declare(st.Semantics())
+	sem := st.Semantics()
+	s.cov.declare(sem)
 	t.Cleanup(func() { closeStream(t, st) })
+	s.checkDeclare(t, conn, sub, sem)
 	return st
 }
 
@@ -236,19 +243,43 @@ func newCoverage() *coverage {
 	}
 }
 
-// declare records the fields sem declares true or non-zero.
+// declare records the fields of sem that make a claim, each of which some
+// case must prove. Every field of transport.Semantics is listed here, so
+// that a field added to it without a case fails this suite's own test
+// (TestCoverageListsEveryField):
+//
+//   - Transport, Ack, Redelivery and OrderingHint always: every value of
+//     them is a claim (per-message acks, redelivery on Nack, a hint that
+//     the Router quotes, or no hint where order is kept).
+//   - RedeliveryDelay always, unless Redelivery is never: zero claims
+//     "promptly".
+//   - Ordering where it is not none; NackDelay, Attempts, Extend,
+//     NativeDLQ, FanOut, Replay and Headers where true; MaxPayload where
+//     set. Their zero values promise nothing.
 func (c *coverage) declare(sem transport.Semantics) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for _, f := range claims(sem) {
+		c.declared[f.field] = f.value
+	}
+}
+
+// A claim is one field of a Semantics that a case must prove.
+type claim struct{ field, value string }
+
+// claims lists the claims of sem; see coverage.declare.
+func claims(sem transport.Semantics) []claim {
+	var out []claim
 	add := func(field string, on bool, val any) {
 		if on {
-			c.declared[field] = fmt.Sprint(val)
+			out = append(out, claim{field, fmt.Sprint(val)})
 		}
 	}
-	add("Transport", sem.Transport != "", fmt.Sprintf("%q", sem.Transport))
+	add("Transport", true, fmt.Sprintf("%q", sem.Transport))
 	add("Ordering", sem.Ordering != transport.OrderNone, sem.Ordering)
-	add("Ack", sem.Ack != transport.AckPerMessage, sem.Ack)
-	add("Redelivery", sem.Redelivery != transport.RedeliverOnNack, sem.Redelivery)
+	add("OrderingHint", true, fmt.Sprintf("%q", sem.OrderingHint))
+	add("Ack", true, sem.Ack)
+	add("Redelivery", true, sem.Redelivery)
 	add("NackDelay", sem.NackDelay, true)
 	add("Attempts", sem.Attempts, true)
 	add("Extend", sem.Extend, true)
@@ -257,8 +288,9 @@ func (c *coverage) declare(sem transport.Semantics) {
 	add("Replay", sem.Replay, true)
 	add("Headers", sem.Headers, true)
 	add("MaxPayload", sem.MaxPayload > 0, sem.MaxPayload)
-	add("RedeliveryDelay", sem.RedeliveryDelay > 0, sem.RedeliveryDelay)
+	add("RedeliveryDelay", sem.Redelivery != transport.RedeliverNever, sem.RedeliveryDelay)
 	add("MaxUnsettled", sem.MaxUnsettled > 0, sem.MaxUnsettled)
+	return out
 }
 
 // exercise records that a case has proven field.
