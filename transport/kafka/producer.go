@@ -205,10 +205,10 @@ func (p *producer) check(m *handler.Message) error {
 	}
 	for k := range m.Headers {
 		if k == transport.HeaderID || k == headerWatermillID {
-			return fmt.Errorf("%w: kafka: publish %s: header %q is where Message.ID travels; set ID instead", transport.ErrInvalidOption, m.Topic, k)
+			return fmt.Errorf("%w: kafka: publish %s: header %q is where Message.ID travels; set ID instead", transport.ErrInvalidMessage, m.Topic, k)
 		}
 		if !utf8.ValidString(k) {
-			return fmt.Errorf("%w: kafka: publish %s: header name %q is not UTF-8, and a consumer could not read it", transport.ErrInvalidOption, m.Topic, k)
+			return fmt.Errorf("%w: kafka: publish %s: a header name is not valid UTF-8, and a consumer could not read it", transport.ErrInvalidMessage, m.Topic)
 		}
 	}
 	return nil

@@ -224,11 +224,11 @@ func TestPublishRefuses(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	for _, h := range []string{"ferry-id", "_watermill_message_uuid", "bad\xffname"} {
 		m := &handler.Message{ID: "id-1", Topic: "refuse", Headers: map[string]string{h: "v"}}
-		if err := tr.Publish(ctx, m); !errors.Is(err, transport.ErrInvalidOption) {
-			t.Errorf("Publish with header %q: %v, want ErrInvalidOption", h, err)
+		if err := tr.Publish(ctx, m); !errors.Is(err, transport.ErrInvalidMessage) {
+			t.Errorf("Publish with header %q: %v, want ErrInvalidMessage", h, err)
 		}
-		if err := tr.PublishBatch(ctx, []*handler.Message{m}); !errors.Is(err, transport.ErrInvalidOption) {
-			t.Errorf("PublishBatch with header %q: %v, want ErrInvalidOption", h, err)
+		if err := tr.PublishBatch(ctx, []*handler.Message{m}); !errors.Is(err, transport.ErrInvalidMessage) {
+			t.Errorf("PublishBatch with header %q: %v, want ErrInvalidMessage", h, err)
 		}
 	}
 	publishAll(t, tr, []*handler.Message{{ID: "ok", Topic: "refuse", Headers: map[string]string{"ferry-key": "kept", "é": "ü"}}})

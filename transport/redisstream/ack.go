@@ -72,15 +72,28 @@ func (a *acker) xack(ctx context.Context, items []ackItem) []error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
+	// a.ids keeps the shards of earlier batches, emptied, to reuse their
+	// slices: an XACK with no ID is a syntax error, so only the shards of
+	// this batch are sent.
+	shards := 0
+	for _, ids := range a.ids {
+		if len(ids) > 0 {
+			shards++
+		}
+	}
 	var err error
-	if len(a.ids) == 1 {
+	if shards == 1 {
 		for sh, ids := range a.ids {
-			err = s.c.XAck(ctx, sh.key, s.group, ids...).Err()
+			if len(ids) > 0 {
+				err = s.c.XAck(ctx, sh.key, s.group, ids...).Err()
+			}
 		}
 	} else {
 		_, err = s.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for sh, ids := range a.ids {
-				p.XAck(ctx, sh.key, s.group, ids...)
+				if len(ids) > 0 {
+					p.XAck(ctx, sh.key, s.group, ids...)
+				}
 			}
 			return nil
 		})

@@ -2,6 +2,7 @@ package redisstream_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/redisstream"
@@ -32,6 +33,14 @@ func (h harness) MakeDeadLetter(tb testing.TB, sub transport.Subscription) (tran
 	dlq := transport.DLQName(open(tb, h.url), with)
 	cleanupKeys(tb, h.addr, dlq)
 	return with, transport.Subscription{Topic: dlq, Group: sub.Group + "-dlq", StartAtOldest: true}, limit
+}
+
+// MakeLease leases each entry for a second (claim_idle) and turns the
+// heartbeat off (max_extend at its least), so that only Extend keeps an
+// entry from being claimed again.
+func (h harness) MakeLease(tb testing.TB, sub transport.Subscription) (transport.Subscription, time.Duration) {
+	sub.Options = map[string]string{"claim_idle": "1s", "max_extend": "1ms"}
+	return sub, time.Second
 }
 
 // restartHarness is harness on a private redis-server it can restart.
@@ -77,6 +86,7 @@ func TestConformanceRestart(t *testing.T) {
 var (
 	_ transporttest.TopicMaker      = harness{}
 	_ transporttest.DeadLetterMaker = harness{}
+	_ transporttest.LeaseMaker      = harness{}
 	_ transporttest.Restarter       = restartHarness{}
 	_ transport.Transport           = (*redisstream.Transport)(nil)
 )

@@ -29,8 +29,8 @@ func encode(m *handler.Message) ([]any, error) {
 	}
 	for k, v := range m.Headers {
 		if k == FieldID || k == FieldKey || k == FieldPayload {
-			return nil, fmt.Errorf("%w: redisstream: publish %q: header %q: the name is a reserved stream field",
-				transport.ErrInvalidOption, m.Topic, k)
+			return nil, fmt.Errorf("%w: redisstream: publish %q: header %q: the name is a reserved stream field (where ID, Key or Payload travel)",
+				transport.ErrInvalidMessage, m.Topic, k)
 		}
 		vals = append(vals, k, v)
 	}
