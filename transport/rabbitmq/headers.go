@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"math/big"
 	"strconv"
 	"strings"
@@ -184,6 +185,14 @@ func toPublishing(m *handler.Message, now time.Time) amqp.Publishing {
 		p.Headers[transport.HeaderKey] = m.Key
 	}
 	for k, v := range m.Headers {
+		if v == "" {
+			// An empty property is no property: the value travels in
+			// the table, where it is kept.
+			if !brokerOwned(k) {
+				p.Headers[k] = v
+			}
+			continue
+		}
 		switch k {
 		case HeaderContentType:
 			p.ContentType = v
@@ -198,7 +207,9 @@ func toPublishing(m *handler.Message, now time.Time) amqp.Publishing {
 		case HeaderAppID:
 			p.AppId = v
 		case HeaderPriority:
-			if n, err := strconv.Atoi(v); err == nil && n >= 0 && n <= 255 {
+			// Only a priority that comes back as written is lifted: 0 is
+			// no priority, and "007" would come back as "7".
+			if n, err := strconv.Atoi(v); err == nil && n >= 1 && n <= 255 && strconv.Itoa(n) == v {
 				p.Priority = uint8(n)
 			} else {
 				p.Headers[k] = v
@@ -215,6 +226,49 @@ func toPublishing(m *handler.Message, now time.Time) amqp.Publishing {
 		}
 	}
 	return p
+}
+
+// maxShortstr is the longest AMQP short string: message_id, the routing
+// key, a header name, the text properties.
+const maxShortstr = 255
+
+// checkMessage reports why m, published with routing key rk, would not
+// come back byte for byte, or would not be sent at all: an ID, routing key
+// (from the Key), header name or text property longer than an AMQP short
+// string (the client fails half-way through the frame, breaking the
+// channel), or a header named like the fields where ID and Key travel. The
+// error wraps transport.ErrInvalidMessage and quotes no value.
+func checkMessage(m *handler.Message, rk string) error {
+	switch {
+	case len(m.ID) > maxShortstr:
+		return fmt.Errorf("%w: Message.ID is %d bytes; AMQP's message_id holds at most %d", transport.ErrInvalidMessage, len(m.ID), maxShortstr)
+	case len(rk) > maxShortstr:
+		return fmt.Errorf("%w: the routing key made from Message.Key is %d bytes; AMQP holds at most %d", transport.ErrInvalidMessage, len(rk), maxShortstr)
+	case len(m.Key) > maxShortstr:
+		return fmt.Errorf("%w: Message.Key is %d bytes; AMQP's routing key holds at most %d", transport.ErrInvalidMessage, len(m.Key), maxShortstr)
+	}
+	for k, v := range m.Headers {
+		switch {
+		case len(k) > maxShortstr:
+			return fmt.Errorf("%w: a header name is %d bytes; AMQP field names hold at most %d", transport.ErrInvalidMessage, len(k), maxShortstr)
+		case k == transport.HeaderID:
+			return fmt.Errorf("%w: header %q is where the consumer reads an ID without message_id; set Message.ID instead", transport.ErrInvalidMessage, k)
+		case k == transport.HeaderKey:
+			return fmt.Errorf("%w: header %q is where Message.Key travels; set Key instead", transport.ErrInvalidMessage, k)
+		case len(v) > maxShortstr && isTextProperty(k):
+			return fmt.Errorf("%w: header %q is the AMQP property of that name, which holds at most %d bytes (%d given)", transport.ErrInvalidMessage, k, maxShortstr, len(v))
+		}
+	}
+	return nil
+}
+
+// isTextProperty reports whether header k sets an AMQP text property.
+func isTextProperty(k string) bool {
+	switch k {
+	case HeaderContentType, HeaderContentEncoding, HeaderCorrelationID, HeaderReplyTo, HeaderType, HeaderAppID:
+		return true
+	}
+	return false
 }
 
 // fromDelivery fills m from d: ID from message_id (or the ferry-id header),

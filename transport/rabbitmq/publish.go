@@ -211,7 +211,10 @@ func (p *publisher) close(ctx context.Context) {
 // (no queue bound); [ErrNacked] on basic.nack; [ErrBlocked] while a broker
 // alarm blocks publishing and ctx ends; [transport.ErrUnknownOutcome] when
 // the message may have been stored (connection lost or ctx ended after the
-// write); [transport.ErrTooLarge]; [transport.ErrClosed] after Close.
+// write); [transport.ErrTooLarge]; [transport.ErrInvalidMessage] for a
+// message the consumer would not get back as it was sent (an ID, Key or
+// header name over AMQP's 255-byte short strings, a ferry-id or ferry-key
+// header); [transport.ErrClosed] after Close.
 func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
 	return t.pub.publish(ctx, m)
 }
@@ -269,6 +272,9 @@ func (p *publisher) prepare(ctx context.Context, m *handler.Message) (pending, e
 	}
 	if n := p.t.shardsOf(m.Topic); n > 1 {
 		rk = strconv.Itoa(shardOf(m.Key, n)) + "." + rk
+	}
+	if err := checkMessage(m, rk); err != nil {
+		return pending{}, fmt.Errorf("rabbitmq: publish %s: %w", m.Topic, err)
 	}
 	pub := toPublishing(m, time.Now())
 	if m.Key == "" && rk != "" {
