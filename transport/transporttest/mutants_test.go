@@ -350,7 +350,9 @@ func (m *sharedMember) Receive(ctx context.Context) (transport.Delivery, error) 
 	return m.g.st.Receive(ctx)
 }
 
-func (m *sharedMember) Semantics() transport.Semantics { return mutate("shared-group", m.g.st.Semantics()) }
+func (m *sharedMember) Semantics() transport.Semantics {
+	return mutate("shared-group", m.g.st.Semantics())
+}
 
 func (m *sharedMember) Close(ctx context.Context) error {
 	last := false
