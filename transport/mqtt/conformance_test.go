@@ -82,6 +82,21 @@ func TestConformanceShared311(t *testing.T) {
 	transporttest.Run(t, &sharedHarness{harness{r: conformanceBroker(t), opts: mqtt311}})
 }
 
+// TestConformanceRaw runs the suite with format=raw, the payload alone on
+// the wire (Headers false), the consumer reading ID and Key from the
+// suite's JSON payloads (id=json:id, key=json:key). Raw Publish refuses an
+// ID or Key its consumer would compute otherwise, and any header, with
+// ErrInvalidMessage; the suite then sends its binary and undecodable
+// payloads without them, and checks only what raw carries.
+func TestConformanceRaw(t *testing.T) {
+	raw := []mqtt.Option{
+		mqtt.PayloadFormat(mqtt.Raw),
+		mqtt.IDFrom(mqtt.IDFunc(mqtt.FirstOf(mqtt.JSONField("id"), mqtt.ContentHash))),
+		mqtt.KeyFrom(mqtt.KeyFunc(mqtt.FirstOf(mqtt.JSONField("key"), mqtt.TopicKey))),
+	}
+	transporttest.Run(t, &harness{r: conformanceBroker(t), opts: raw})
+}
+
 // TestConformanceRestart runs the suite, on the default URL, against a
 // private Mosquitto with persistence that its Restart case restarts (never
 // the shared one): what the broker confirmed survives the restart.
