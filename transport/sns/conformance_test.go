@@ -2,6 +2,7 @@ package sns_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -30,6 +31,13 @@ func (harness) MakeDeadLetter(tb testing.TB, sub transport.Subscription) (transp
 	dlq := q + "-dlq"
 	withDLQ.Options = map[string]string{"visibility": "2s", "queue": q, "dlq": dlq, "max_receive_count": "3"}
 	return withDLQ, transport.Subscription{Topic: sub.Topic + "-deadletters", Group: sub.Group, Options: map[string]string{"visibility": "2s", "queue": dlq}}, 3
+}
+
+// MakeLease leases each message for two seconds (visibility) with the
+// heartbeat off (max_extension 0s), so that only Extend keeps it.
+func (harness) MakeLease(tb testing.TB, sub transport.Subscription) (transport.Subscription, time.Duration) {
+	sub.Options = map[string]string{"visibility": "2s", "max_extension": "0s", "pollers": "2"}
+	return sub, 2 * time.Second
 }
 
 func TestConformance(t *testing.T) {

@@ -24,7 +24,9 @@ import (
 // headers are attributes, packed past ten as package wire describes. With
 // RawMessageDelivery (which [Transport.Subscribe] and [Transport.Fanout] set)
 // the subscriber queue receives exactly these. A message over 256 KiB is
-// refused before sending with [transport.ErrTooLarge].
+// refused before sending with [transport.ErrTooLarge]; one its reader
+// would not get back byte for byte (an empty ID, or an ID, Key or header
+// SNS and SQS cannot carry as text) with [transport.ErrInvalidMessage].
 func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
@@ -159,9 +161,6 @@ func (t *Transport) encode(r *topicRef, m *handler.Message) (*awssns.PublishInpu
 		return nil, fmt.Errorf("sns: publish to %s: %w: payload of %d bytes > %d", m.Topic, transport.ErrTooLarge, len(m.Payload), lim)
 	}
 	id := m.ID
-	if id == "" {
-		id = wire.NewID()
-	}
 	keyAttr := true
 	var group, dedupe *string
 	if r.fifo {

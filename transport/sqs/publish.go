@@ -53,9 +53,12 @@ func (t *Transport) newSender(q *queueRef) (*batch.Batcher[sendItem], error) {
 // MessageGroupId on FIFO queues and the "ferry-key" attribute elsewhere;
 // headers are attributes (see package wire for the overflow past ten). A
 // message larger than the queue's maximum (1 MiB, body and attributes) is
-// refused before sending with an error wrapping [transport.ErrTooLarge]. An
-// empty ID is replaced by a random one, so a retry of that publish is not
-// deduplicated.
+// refused before sending with an error wrapping [transport.ErrTooLarge]. A
+// message its reader would not get back byte for byte is refused before
+// sending with an error wrapping [transport.ErrInvalidMessage]: an empty ID
+// (the reader would take SQS's MessageId), or an ID, Key or header SQS
+// cannot carry as text (not UTF-8, control characters in the ID or Key,
+// U+FFFE, U+FFFF).
 //
 // A call that SQS does not answer within [CallTimeout], or a ctx that ends
 // once the message was handed to a SendMessageBatch, returns an error
@@ -167,9 +170,6 @@ func sendErr(ctx context.Context, q *queueRef, err error) error {
 // prepare encodes m for q and checks its size.
 func (t *Transport) prepare(q *queueRef, m *handler.Message) (sendItem, error) {
 	id := m.ID
-	if id == "" {
-		id = wire.NewID()
-	}
 	var group, dedupe string
 	keyAttr := true
 	if q.info.FIFO {

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -14,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/transport"
 )
 
 // Attribute names Ferry writes.
@@ -87,10 +87,11 @@ func (e *Encoded) Size() int {
 	return n
 }
 
-// Encode encodes m. id is the ID to write (the caller may have generated one
-// for an empty Message.ID); keyAttr says whether Message.Key goes into
-// [KeyAttribute] (standard queues and topics, or a key MessageGroupId cannot
-// carry). m is only read.
+// Encode encodes m. id is the ID to write; keyAttr says whether
+// Message.Key goes into [KeyAttribute] (standard queues and topics, or a key MessageGroupId cannot
+// carry). m is only read. A message a reader would not get back byte for
+// byte (an empty ID, or an ID, Key or header SQS cannot carry as text) is
+// refused with an error wrapping transport.ErrInvalidMessage.
 func (c Codec) Encode(m *handler.Message, id string, keyAttr bool) (*Encoded, error) {
 	e := &Encoded{Attributes: make(map[string]Attribute, min(MaxAttributes, len(m.Headers)+2))}
 	switch {
@@ -104,12 +105,16 @@ func (c Codec) Encode(m *handler.Message, id string, keyAttr bool) (*Encoded, er
 		e.Attributes[EncodingAttribute] = Attribute{String, "base64"}
 	}
 	idName := c.idName()
-	if id != "" {
-		e.Attributes[idName] = Attribute{String, id}
+	switch {
+	case id == "":
+		return nil, fmt.Errorf("%w: Message.ID is empty: a reader would take the SQS MessageId instead, and dedupe needs an ID of the event", transport.ErrInvalidMessage)
+	case !validValue(id):
+		return nil, fmt.Errorf("%w: Message.ID has characters a String attribute cannot carry (text that is not UTF-8, control characters, U+FFFE or U+FFFF): it would not come back as sent", transport.ErrInvalidMessage)
 	}
+	e.Attributes[idName] = Attribute{String, id}
 	if keyAttr && m.Key != "" {
 		if !validValue(m.Key) {
-			return nil, fmt.Errorf("wire: key %q has characters SQS refuses", m.Key)
+			return nil, fmt.Errorf("%w: Message.Key has characters a String attribute cannot carry (text that is not UTF-8, control characters, U+FFFE or U+FFFF): it would not come back as sent", transport.ErrInvalidMessage)
 		}
 		e.Attributes[KeyAttribute] = Attribute{String, m.Key}
 	}
@@ -125,6 +130,10 @@ func (c Codec) Encode(m *handler.Message, id string, keyAttr bool) (*Encoded, er
 	var native, packed []string
 	for _, k := range names {
 		v := m.Headers[k]
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			// JSON, the pack's format, would rewrite it as U+FFFD.
+			return nil, fmt.Errorf("%w: a header name or value is not valid UTF-8, which no attribute carries as it is", transport.ErrInvalidMessage)
+		}
 		if k == idName || k == KeyAttribute || k == HeadersAttribute || k == EncodingAttribute ||
 			!ValidName(k) || v == "" || !validValue(v) {
 			packed = append(packed, k)
@@ -154,6 +163,10 @@ func (c Codec) Encode(m *handler.Message, id string, keyAttr bool) (*Encoded, er
 		b, err := json.Marshal(obj)
 		if err != nil {
 			return nil, fmt.Errorf("wire: pack headers: %w", err)
+		}
+		if !validValue(string(b)) {
+			// JSON escapes control characters, but not U+FFFE or U+FFFF.
+			return nil, fmt.Errorf("%w: a header has characters a String attribute cannot carry (U+FFFE or U+FFFF)", transport.ErrInvalidMessage)
 		}
 		e.Attributes[HeadersAttribute] = Attribute{String, string(b)}
 	}
@@ -341,12 +354,4 @@ func validFIFOID(s string) bool {
 		}
 	}
 	return true
-}
-
-// NewID returns a random ID (32 hex digits), for a message published
-// without one.
-func NewID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
