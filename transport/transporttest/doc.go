@@ -45,8 +45,14 @@
 // powers, found by type assertion: [TopicMaker] creates a topic before use
 // (a Kafka topic with several partitions, an SQS queue), [SubscriptionMaker]
 // adds broker-specific Subscription fields (a short lease, so that waits
-// stay short), [DeadLetterMaker] configures a native dead-letter queue, and
-// [Restarter] restarts the broker.
+// stay short), [DeadLetterMaker] configures a native dead-letter queue,
+// [LeaseMaker] makes a short lease with the heartbeat off (for Extend),
+// and [Restarter] restarts the broker.
+//
+// A configuration that refuses some messages runs under the suite too:
+// where Semantics.Headers is false (raw MQTT), a message Publish refuses
+// with [transport.ErrInvalidMessage] for its ID, Key or headers is sent
+// again without them, and only what the wire carries is checked.
 //
 // # Cases
 //
@@ -63,6 +69,17 @@
 //     Semantics.Transport, Facts.ReceivedAt is set, the first Attempt is 1
 //     (0 allowed without Attempts). Where Headers is false, ID is checked
 //     only if it arrives and Key not at all.
+//   - InvalidMessage: sixteen odd messages (text that is not UTF-8 in the
+//     ID, Key, a header name or value; NUL, control characters and U+FFFF;
+//     300-byte IDs, Keys and header names; an empty ID, header name or
+//     value; headers named ferry-id and ferry-key) are each either refused
+//     by Publish with an error wrapping [transport.ErrInvalidMessage] (not
+//     ErrUnknownOutcome) that names the field, and never delivered, or
+//     delivered with ID, Key, Headers and Payload byte for byte.
+//   - Declare: the transport is a [transport.Declarer]; for every stream
+//     the suite opens, Declare(sub) equals the stream's Semantics; Declare
+//     and Subscribe refuse an unknown Subscription.Options key with
+//     [transport.ErrInvalidOption], naming it.
 //   - Headers: headers arrive exactly (unicode and quoted values, a
 //     mixed-case key, spaces, an empty map), with nothing added.
 //   - MaxPayload: MaxPayload+1 bytes is refused with an error wrapping
@@ -73,8 +90,14 @@
 //     the work (both receive some), every message arrives, none goes to
 //     both. Messages go out in waves until both members have had some.
 //     Duplicates are allowed only where Ack is offset (a rebalance resumes
-//     at the last committed offset). Where Ordering is per-topic one member
-//     may be a standby (single active consumer) and get nothing.
+//     at the last committed offset). The members keep the declared
+//     Ordering between them: no member receives a message of a key (per
+//     key) or of the topic (per topic) while the other holds one of it
+//     unsettled, and none arrives after a later one of its scope; each
+//     member holds each delivery a moment before acking it, so that two
+//     members on one scope at once are seen. Where Ordering is per-topic
+//     one member may be a standby (single active consumer) and get
+//     nothing.
 //   - Groups/FanOut: two groups each receive every message, exactly once
 //     (when Semantics.FanOut; a plain SQS queue is one group).
 //   - Replay: a new group with StartAtOldest receives what was published
@@ -88,11 +111,18 @@
 //     handled exactly once.
 //   - Ordering/PerTopic: one consumer receives a topic's messages in publish
 //     order, whatever their keys.
-//   - Ack: a consumer receives 20 messages of one key, acks all but the 6th
-//     and the 13th, and leaves (its stream closes; its connection too where
-//     Redelivery is on-reconnect); where MaxUnsettled bounds the stream, it
-//     stops receiving once it holds that many unacked. The next consumer
-//     receives the unacked ones and those never received, within
+//   - Ordering/Hint: a stream that keeps order declares no OrderingHint; one
+//     that keeps none declares one (OrderNone with an empty hint fails:
+//     every broker Ferry supports keeps order in some configuration, and a
+//     transport for a broker that keeps none in any says so in the hint),
+//     and the Router's refusal of ferry.PerKey at Add quotes it.
+//   - Ack: a consumer receives 20 messages (of one key; of a key each where
+//     Ack is per-message, so that an SQS FIFO group does not hold them),
+//     acks all but the 6th and the 13th, and leaves (its stream closes; its
+//     connection too where Redelivery is on-reconnect); where MaxUnsettled
+//     bounds the stream, it stops receiving once it holds that many
+//     unacked. The next consumer receives the unacked ones and those never
+//     received, within
 //     RedeliveryDelay, and for Ack per-message nothing else; for offset and
 //     in-order nothing before the first gap. No message is lost.
 //   - Redelivery/OnNack: Nack(0) brings a message back within
@@ -107,8 +137,13 @@
 //     come back.
 //   - Attempts: Facts.Attempt is 1, then 2 after a Nack, then 3 at another
 //     consumer after the first left without settling: the broker's count.
-//   - Extend: deliveries implement [transport.Extender] and Extend returns
-//     nil; where Extend is false, a delivery that implements it anyway must
+//   - Extend: with the harness's [LeaseMaker] (a short lease, no
+//     heartbeat), two messages are held unsettled past twice the lease: the
+//     one extended every third of the lease is not delivered again and its
+//     Ack succeeds; the other is delivered again within the lease plus
+//     RedeliveryDelay, and its late Ack returns nil or
+//     [transport.ErrRevoked]. So an Extend that does nothing fails. Where
+//     Extend is false, a delivery that implements Extender anyway must
 //     return errors.ErrUnsupported.
 //   - MaxUnsettled: with that many deliveries unsettled, Receive hands out
 //     nothing more; once one is acked, the next message comes.
@@ -116,6 +151,23 @@
 //     the broker's limit is moved to the dead-letter queue with its ID,
 //     payload and headers, is not delivered again, and does not hold up the
 //     next message.
+//   - DeadLetter: on a transport that is a [transport.DeadLetters] (one
+//     that declares NativeDLQ must be), a Router with middleware.DeadLetter
+//     dead-letters a message its handler fails for good; ListDLQ of
+//     [transport.DLQName] returns it with the ID, Key, Payload and original
+//     headers the handler saw, byte for byte, and a record
+//     ([transport.ReadDeadLetter]) whose Error, Class, Attempts,
+//     Subscription, Group, OriginalTopic, Partition, Offset and BrokerID are
+//     the failed delivery's. ReplayDLQ brings it back to the topic once,
+//     with its original headers only, and removes it from the DLQ.
+//   - Revoked: member A holds messages of 24 keys unsettled and member B
+//     joins (as the same consumer where Redelivery is on-reconnect). Where
+//     that moves some of A's messages (a rebalance, a session taken over),
+//     each of A's settles returns nil or an error wrapping
+//     [transport.ErrRevoked], never plain success for a message B
+//     received (unless Ack is offset), and every revoked message reaches
+//     the group again. Where the join moves nothing (a standby, competing
+//     consumers), the case skips and says so.
 //   - Settle/Twice: a second Ack or Nack returns [transport.ErrSettled] and
 //     does not act (an Ack after a Nack does not cancel the redelivery).
 //   - Cancel/Receive: Receive returns ctx.Err() within 2s of its context
@@ -149,14 +201,17 @@
 //
 // # Declared means proven
 //
-// The suite records what every stream it opens declares: each Semantics
-// field that is true or non-zero (Ordering other than none, Ack other than
-// per-message, Redelivery other than on-nack, MaxPayload, RedeliveryDelay,
-// and so on). After the cases, Run fails for each such field that no case
-// proved: a declaration the suite cannot check is not accepted. So a
-// transport that declares NativeDLQ needs a harness that is a
-// [DeadLetterMaker]; without one, the NativeDLQ case skips and the suite
-// fails. When -run leaves cases out, this check is skipped.
+// The suite records what every stream it opens declares: every field of
+// Semantics whose value is a claim. Transport, Ack, Redelivery and
+// OrderingHint always are (per-message acks, redelivery on Nack, a hint or
+// its absence); RedeliveryDelay is, unless Redelivery is never (zero
+// claims "promptly"); Ordering other than none, MaxPayload when set, and
+// the booleans when true. After the cases, Run fails for each such field
+// that no case proved: a declaration the suite cannot check is not
+// accepted. So a transport that declares NativeDLQ needs a harness that is
+// a [DeadLetterMaker], and one that declares Extend a [LeaseMaker];
+// without them those cases skip and the suite fails. When -run leaves
+// cases out, this check is skipped.
 //
 // # Time
 //
@@ -195,8 +250,9 @@
 // # Dependencies
 //
 // Package transporttest imports package ferry, the Router, to prove what a
-// transport does under it (per-key order, drain, poison messages). It sits
-// on top, as a test kit, like examples and cmd: this is the one intended
-// exception to the rule that nothing below the root imports it. No
+// transport does under it (per-key order, drain, poison messages), and
+// package middleware, to dead-letter through it. It sits on top, as a test
+// kit, like examples and cmd: this is the one intended exception to the
+// rule that nothing below the root imports them. No
 // transport package imports transporttest except from its _test files.
 package transporttest
