@@ -14,7 +14,8 @@
 //
 //   - Publish returns only when the broker confirmed the write; a possibly
 //     written message is reported with [ErrUnknownOutcome], never as a plain
-//     failure.
+//     failure. It refuses, with [ErrInvalidMessage], a message its own
+//     consumer would not return byte for byte, and never rewrites one.
 //   - A Stream's Receive is called from one goroutine; deliveries come in
 //     broker order. Each [Delivery] is settled exactly once, with Ack or Nack;
 //     a second settle returns [ErrSettled].
@@ -59,7 +60,8 @@
 //     [DeadLetter.Message]; the DLQ is named by [DLQName].
 //   - Errors name the operation and the resource ("kafka: publish orders:
 //     ..."), wrap the package's sentinels, which wrap this package's
-//     ([ErrRevoked], [ErrUnknownOutcome], [ErrTooLarge]), and print URLs
+//     ([ErrRevoked], [ErrUnknownOutcome], [ErrTooLarge],
+//     [ErrInvalidMessage]), and print URLs
 //     only through [Redact].
 //   - No package state beyond the registration.
 package transport

@@ -20,8 +20,10 @@ type Semantics struct {
 	// OrderingHint says, where Ordering is OrderNone, what configuration of
 	// this transport would keep order (for example "a queue whose name ends
 	// in .fifo", or the URL option "shards=N"). The Router quotes it when it
-	// refuses an ordering request at Add. Empty where order is kept, or
-	// where the broker cannot keep it at all.
+	// refuses an ordering request at Add. Empty where order is kept, and
+	// never empty where it is not: a transport for a broker that keeps
+	// order in no configuration says so here, so that the refusal tells
+	// the user why (transporttest fails OrderNone with an empty hint).
 	OrderingHint string
 
 	// Ack is how settled deliveries are recorded at the broker.
