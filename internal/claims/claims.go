@@ -1,0 +1,254 @@
+package claims
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// A Statement is one block of a page that must carry a proof.
+type Statement struct {
+	Line int    // 1-based line of its first line
+	Text string // its text, lines joined by spaces
+}
+
+var (
+	listItem  = regexp.MustCompile(`^\s*([-*+]|\d+[.)])\s+`)
+	tableSep  = regexp.MustCompile(`^\s*\|?\s*:?-{3,}`)
+	codeSpan  = regexp.MustCompile("`([^`]+)`")
+	testName  = regexp.MustCompile(`^((?:Test|Example|Benchmark|Fuzz)[A-Za-z0-9_]*)((?:/[^\s/` + "`" + `]+)*)$`)
+	designTag = regexp.MustCompile(`\(design[):]`)
+)
+
+// Statements returns the blocks of a Markdown page that must carry a proof.
+func Statements(page []byte) []Statement {
+	var (
+		out      []Statement
+		cur      []string
+		curLine  int
+		inFence  bool
+		inTable  bool
+		inHTML   bool
+		pendingI = -1 // index in out of a paragraph ending in ':', awaiting what follows
+	)
+	flush := func() {
+		if len(cur) > 0 {
+			out = append(out, Statement{Line: curLine, Text: strings.Join(cur, " ")})
+			cur = nil
+		}
+	}
+	// follows marks the pending lead-in paragraph as exempt when a list,
+	// table or code block comes right after it.
+	follows := func() {
+		if pendingI >= 0 {
+			out[pendingI].Text = ""
+			pendingI = -1
+		}
+	}
+	sc := bufio.NewScanner(bytes.NewReader(page))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		l := sc.Text()
+		t := strings.TrimSpace(l)
+		switch {
+		case inFence:
+			if strings.HasPrefix(t, "```") {
+				inFence = false
+			}
+			continue
+		case inHTML:
+			if strings.Contains(t, "-->") {
+				inHTML = false
+			}
+			continue
+		case strings.HasPrefix(t, "```"):
+			flush()
+			follows()
+			inFence = true
+			continue
+		case strings.HasPrefix(t, "<!--"):
+			flush()
+			inHTML = !strings.Contains(t, "-->")
+			continue
+		case t == "":
+			flush()
+			inTable = false
+			if pendingI >= 0 && pendingI != len(out)-1 {
+				pendingI = -1
+			}
+			continue
+		case strings.HasPrefix(t, "#"):
+			flush()
+			pendingI = -1
+			continue
+		case strings.HasPrefix(t, "|"):
+			if !inTable {
+				// The header row; the separator follows.
+				flush()
+				follows()
+				inTable = true
+				continue
+			}
+			if tableSep.MatchString(t) {
+				continue
+			}
+			out = append(out, Statement{Line: n, Text: t})
+			continue
+		case listItem.MatchString(l) && !strings.HasPrefix(l, "    "):
+			flush()
+			follows()
+			curLine = n
+			cur = append(cur, listItem.ReplaceAllString(l, ""))
+			continue
+		}
+		if len(cur) == 0 {
+			curLine = n
+			pendingI = -1
+		}
+		cur = append(cur, strings.TrimPrefix(t, "> "))
+		if strings.HasSuffix(t, ":") {
+			flush()
+			pendingI = len(out) - 1
+		}
+	}
+	flush()
+	kept := out[:0]
+	for _, s := range out {
+		if s.Text != "" {
+			kept = append(kept, s)
+		}
+	}
+	return kept
+}
+
+// Refs returns the tests named in text: the code spans that name a test,
+// example, benchmark or fuzz target, with their subtest paths.
+func Refs(text string) []string {
+	var out []string
+	for _, m := range codeSpan.FindAllStringSubmatch(text, -1) {
+		if testName.MatchString(m[1]) {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+// Marked reports whether text says it is the broker's documentation or a
+// design choice.
+func Marked(text string) bool {
+	return strings.Contains(strings.ToLower(text), "broker documentation") || designTag.MatchString(text)
+}
+
+// An Index knows the module's test functions and string literals.
+type Index struct {
+	funcs    map[string]bool
+	literals map[string]bool
+}
+
+var (
+	testFunc  = regexp.MustCompile(`(?m)^func ((?:Test|Example|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
+	goLiteral = regexp.MustCompile("\"((?:[^\"\\\\\\n]|\\\\.)*)\"|`([^`]*)`")
+)
+
+// Load indexes the Go sources of the module rooted at root: the test
+// functions of its _test.go files and the string literals of all its Go
+// files. It skips node_modules and hidden folders.
+func Load(root string) (*Index, error) {
+	ix := &Index{funcs: make(map[string]bool), literals: make(map[string]bool)}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != root && (d.Name() == "node_modules" || d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(p, "_test.go") {
+			for _, m := range testFunc.FindAllSubmatch(b, -1) {
+				ix.funcs[string(m[1])] = true
+			}
+		}
+		for _, m := range goLiteral.FindAllSubmatch(b, -1) {
+			s := string(m[1]) + string(m[2])
+			if s != "" && len(s) < 200 {
+				ix.literals[s] = true
+			}
+		}
+		return nil
+	})
+	return ix, err
+}
+
+// Check returns why ref names no test of the module, or nil: the function
+// must exist, and its subtest path must be made of string literals, one or
+// more segments each (go test writes a subtest's spaces as underscores).
+func (ix *Index) Check(ref string) error {
+	m := testName.FindStringSubmatch(ref)
+	if m == nil {
+		return fmt.Errorf("%q is not a test name", ref)
+	}
+	if !ix.funcs[m[1]] {
+		return fmt.Errorf("no _test.go file defines %s", m[1])
+	}
+	if m[2] == "" {
+		return nil
+	}
+	segs := strings.Split(m[2][1:], "/")
+	for i := 0; i < len(segs); {
+		j := len(segs)
+		for ; j > i; j-- {
+			name := strings.Join(segs[i:j], "/")
+			if ix.literals[name] || ix.literals[strings.ReplaceAll(name, "_", " ")] {
+				break
+			}
+		}
+		if j == i {
+			return fmt.Errorf("subtest %q of %s: no string literal in the module names it", strings.Join(segs[i:], "/"), m[1])
+		}
+		i = j
+	}
+	return nil
+}
+
+// A Problem is a statement without proof, or a reference to no test.
+type Problem struct {
+	Line int
+	Msg  string
+}
+
+// CheckPage returns the problems of a page.
+func (ix *Index) CheckPage(page []byte) []Problem {
+	var out []Problem
+	for _, s := range Statements(page) {
+		refs := Refs(s.Text)
+		if len(refs) == 0 && !Marked(s.Text) {
+			text := s.Text
+			if len(text) > 100 {
+				text = text[:100] + "…"
+			}
+			out = append(out, Problem{s.Line, "names no test, and is not marked broker documentation or (design): " + text})
+		}
+		for _, r := range refs {
+			if err := ix.Check(r); err != nil {
+				out = append(out, Problem{s.Line, err.Error()})
+			}
+		}
+	}
+	return out
+}
