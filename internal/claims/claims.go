@@ -28,27 +28,32 @@ var (
 // Statements returns the blocks of a Markdown page that must carry a proof.
 func Statements(page []byte) []Statement {
 	var (
-		out      []Statement
-		cur      []string
-		curLine  int
-		inFence  bool
-		inTable  bool
-		inHTML   bool
-		pendingI = -1 // index in out of a paragraph ending in ':', awaiting what follows
+		out     []Statement
+		cur     []string
+		curLine int
+		inFence bool
+		inTable bool
+		inHTML  bool
+		leadIn  = -1 // index in out of the last block if it ends with ':'
 	)
 	flush := func() {
 		if len(cur) > 0 {
-			out = append(out, Statement{Line: curLine, Text: strings.Join(cur, " ")})
+			text := strings.Join(cur, " ")
+			out = append(out, Statement{Line: curLine, Text: text})
+			leadIn = -1
+			if strings.HasSuffix(text, ":") {
+				leadIn = len(out) - 1
+			}
 			cur = nil
 		}
 	}
-	// follows marks the pending lead-in paragraph as exempt when a list,
-	// table or code block comes right after it.
+	// follows exempts a lead-in block that a list, table or code block
+	// follows: its statements are in what follows.
 	follows := func() {
-		if pendingI >= 0 {
-			out[pendingI].Text = ""
-			pendingI = -1
+		if leadIn >= 0 && leadIn == len(out)-1 {
+			out[leadIn].Text = ""
 		}
+		leadIn = -1
 	}
 	sc := bufio.NewScanner(bytes.NewReader(page))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -80,13 +85,14 @@ func Statements(page []byte) []Statement {
 		case t == "":
 			flush()
 			inTable = false
-			if pendingI >= 0 && pendingI != len(out)-1 {
-				pendingI = -1
-			}
+			continue
+		case len(cur) == 0 && (strings.HasPrefix(l, "    ") || strings.HasPrefix(l, "\t")):
+			// An indented code block.
+			follows()
 			continue
 		case strings.HasPrefix(t, "#"):
 			flush()
-			pendingI = -1
+			leadIn = -1
 			continue
 		case strings.HasPrefix(t, "|"):
 			if !inTable {
@@ -101,7 +107,7 @@ func Statements(page []byte) []Statement {
 			}
 			out = append(out, Statement{Line: n, Text: t})
 			continue
-		case listItem.MatchString(l) && !strings.HasPrefix(l, "    "):
+		case listItem.MatchString(l):
 			flush()
 			follows()
 			curLine = n
@@ -110,13 +116,8 @@ func Statements(page []byte) []Statement {
 		}
 		if len(cur) == 0 {
 			curLine = n
-			pendingI = -1
 		}
 		cur = append(cur, strings.TrimPrefix(t, "> "))
-		if strings.HasSuffix(t, ":") {
-			flush()
-			pendingI = len(out) - 1
-		}
 	}
 	flush()
 	kept := out[:0]

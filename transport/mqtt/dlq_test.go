@@ -90,7 +90,8 @@ func testMalformedEnvelopeGoesToDLQ(t *testing.T, p protocol) {
 // TestDLQKeepsWhileNobodyListens: dead letters published to a DLQ topic
 // before anyone reads it are kept (its persistent session is made before
 // the first publish), carry their headers, and a selective replay takes
-// only what it selects and keeps the rest in order.
+// only what it selects and keeps the rest in order; RemoveDLQ purges the
+// rest.
 func TestDLQKeepsWhileNobodyListens(t *testing.T) {
 	r := shared(t)
 	dlq := mqtt.DLQTopic(transporttest.UniqueName(t, "dlq"))
@@ -139,5 +140,11 @@ func TestDLQKeepsWhileNobodyListens(t *testing.T) {
 	}
 	if fmt.Sprint(ids) != "[d0 d2 d4]" {
 		t.Errorf("DLQ after the selective replay = %v, want [d0 d2 d4]", ids)
+	}
+	if err := other.RemoveDLQ(ctx, dlq); err != nil {
+		t.Fatalf("RemoveDLQ: %v", err)
+	}
+	if list, err := other.ListDLQ(ctx, dlq, 0); err != nil || len(list) != 0 {
+		t.Errorf("ListDLQ after RemoveDLQ = %d messages, %v; want none", len(list), err)
 	}
 }
