@@ -35,10 +35,14 @@ func Statements(page []byte) []Statement {
 		inTable bool
 		inHTML  bool
 		leadIn  = -1 // index in out of the last block if it ends with ':'
+		inherit bool // the list under way follows a lead-in that proves it
 	)
 	flush := func() {
 		if len(cur) > 0 {
 			text := strings.Join(cur, " ")
+			if inherit && listItem.MatchString(cur[0]) {
+				text = "" // proven by its lead-in
+			}
 			out = append(out, Statement{Line: curLine, Text: text})
 			leadIn = -1
 			if strings.HasSuffix(text, ":") {
@@ -51,7 +55,11 @@ func Statements(page []byte) []Statement {
 	// follows: its statements are in what follows.
 	follows := func() {
 		if leadIn >= 0 && leadIn == len(out)-1 {
-			out[leadIn].Text = ""
+			if lead := out[leadIn].Text; len(Refs(lead)) > 0 || Marked(lead) {
+				inherit = true // it proves what follows, and stays
+			} else {
+				out[leadIn].Text = ""
+			}
 		}
 		leadIn = -1
 	}
@@ -92,7 +100,7 @@ func Statements(page []byte) []Statement {
 			continue
 		case strings.HasPrefix(t, "#"):
 			flush()
-			leadIn = -1
+			leadIn, inherit = -1, false
 			continue
 		case strings.HasPrefix(t, "|"):
 			if !inTable {
@@ -108,14 +116,18 @@ func Statements(page []byte) []Statement {
 			out = append(out, Statement{Line: n, Text: t})
 			continue
 		case listItem.MatchString(l):
+			wasItem := len(cur) > 0 && listItem.MatchString(cur[0])
 			flush()
-			follows()
+			if !wasItem {
+				follows()
+			}
 			curLine = n
-			cur = append(cur, listItem.ReplaceAllString(l, ""))
+			cur = append(cur, strings.TrimSpace(l))
 			continue
 		}
 		if len(cur) == 0 {
 			curLine = n
+			inherit = false // a paragraph ends the list
 		}
 		cur = append(cur, strings.TrimPrefix(t, "> "))
 	}

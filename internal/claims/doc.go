@@ -20,7 +20,9 @@
 //     prefer).
 //
 // A paragraph that ends with a colon and leads into a list, table or code
-// block is exempt: its statements are in what follows.
+// block is exempt: its statements are in what follows. If it carries a
+// proof itself, the items of the list it leads into share it ("All broker
+// documentation:", "TestFanoutFilter checks each:").
 //
 // A reference exists when a _test.go file of the module defines the
 // function, and each segment of its subtest path is a string literal of
