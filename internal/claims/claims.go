@@ -35,7 +35,7 @@ func Statements(page []byte) []Statement {
 		inTable bool
 		inHTML  bool
 		leadIn  = -1 // index in out of the last block if it ends with ':'
-		inherit bool // the list under way follows a lead-in that proves it
+		inherit bool // the list or table under way follows a lead-in that proves it
 	)
 	flush := func() {
 		if len(cur) > 0 {
@@ -54,6 +54,7 @@ func Statements(page []byte) []Statement {
 	// follows exempts a lead-in block that a list, table or code block
 	// follows: its statements are in what follows.
 	follows := func() {
+		inherit = false
 		if leadIn >= 0 && leadIn == len(out)-1 {
 			if lead := out[leadIn].Text; len(Refs(lead)) > 0 || Marked(lead) {
 				inherit = true // it proves what follows, and stays
@@ -112,6 +113,9 @@ func Statements(page []byte) []Statement {
 			}
 			if tableSep.MatchString(t) {
 				continue
+			}
+			if inherit {
+				t = "" // proven by its lead-in
 			}
 			out = append(out, Statement{Line: n, Text: t})
 			continue

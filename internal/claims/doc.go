@@ -21,8 +21,9 @@
 //
 // A paragraph that ends with a colon and leads into a list, table or code
 // block is exempt: its statements are in what follows. If it carries a
-// proof itself, the items of the list it leads into share it ("All broker
-// documentation:", "TestFanoutFilter checks each:").
+// proof itself, the items of the list or the rows of the table it leads
+// into share it ("All broker documentation:", "TestFanoutFilter checks
+// each:").
 //
 // A reference exists when a _test.go file of the module defines the
 // function, and each segment of its subtest path is a string literal of
