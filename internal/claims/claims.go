@@ -119,7 +119,7 @@ func Statements(page []byte) []Statement {
 			}
 			out = append(out, Statement{Line: n, Text: t})
 			continue
-		case listItem.MatchString(l):
+		case listItem.MatchString(l) && !continues(cur, l):
 			wasItem := len(cur) > 0 && listItem.MatchString(cur[0])
 			flush()
 			if !wasItem {
@@ -143,6 +143,17 @@ func Statements(page []byte) []Statement {
 		}
 	}
 	return kept
+}
+
+// continues reports whether line l, which looks like a numbered list
+// item, continues the paragraph cur instead ("… default\n1024) unless"):
+// as in Markdown, only "1." or "1)" starts a list inside a paragraph.
+func continues(cur []string, l string) bool {
+	if len(cur) == 0 || listItem.MatchString(cur[0]) {
+		return false
+	}
+	t := strings.TrimSpace(l)
+	return t[0] >= '0' && t[0] <= '9' && !strings.HasPrefix(t, "1.") && !strings.HasPrefix(t, "1)")
 }
 
 // Refs returns the tests named in text: the code spans that name a test,
