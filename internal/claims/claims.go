@@ -168,10 +168,15 @@ func Refs(text string) []string {
 	return out
 }
 
+// brokerDoc matches "broker documentation", or a broker's or client's
+// name before "documentation" ("Redis documentation", "sarama's
+// documentation").
+var brokerDoc = regexp.MustCompile(`(?i)\b(broker|redis|kafka|rabbitmq|mosquitto|mqtt|aws|sqs|sns|sarama|amqp091-go|rabbitmq-c|go-redis|paho|nats)('s)? documentation\b`)
+
 // Marked reports whether text says it is the broker's documentation or a
 // design choice.
 func Marked(text string) bool {
-	return strings.Contains(strings.ToLower(text), "broker documentation") || designTag.MatchString(text)
+	return brokerDoc.MatchString(text) || designTag.MatchString(text)
 }
 
 // An Index knows the module's test functions and string literals.

@@ -13,8 +13,9 @@
 //   - a test reference: a code span naming a test, example, benchmark or
 //     fuzz target, with an optional subtest path, such as
 //     `TestConformance/Ordering/PerKey` or `ExampleNew_rawDevices`;
-//   - the words "broker documentation", for what the broker does by its
-//     own documentation and Ferry does not change;
+//   - the words "broker documentation" (or the broker's or client's name
+//     before "documentation": "Redis documentation"), for what the broker
+//     does by its own documentation and Ferry does not change;
 //   - "(design)" or "(design: …)", for a choice or advice that is not a
 //     behaviour a test could prove (why Ferry does something, what to
 //     prefer).

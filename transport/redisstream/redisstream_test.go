@@ -442,3 +442,52 @@ func TestExtendKeepsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTrimmedPendingDropped: a pending entry whose data was deleted
+// (XDEL, as trimming does) before it was acked is dropped from the PEL
+// when the reclaim loop finds it (XAUTOCLAIM reports it deleted), counted
+// in Stats().Trimmed, and never delivered again; the entry after it is
+// delivered.
+func TestTrimmedPendingDropped(t *testing.T) {
+	requireShared(t)
+	topic := uniq("trimmed")
+	cleanupKeys(t, sharedAddr, topic)
+	a := open(t, "redis://"+sharedAddr+"?mode=shared&block=100ms&claim_idle=300ms&claim_interval=50ms&max_extend=1ms")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := a.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(ctx)
+	if err := a.Publish(ctx, &handler.Message{ID: "gone", Topic: topic, Payload: []byte("g")}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := st.Receive(ctx)
+	if err != nil || d.Message().ID != "gone" {
+		t.Fatalf("Receive = %v, %v; want gone", d, err)
+	}
+	if err := a.Client().XDel(ctx, topic, d.Message().Facts().BrokerID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Publish(ctx, &handler.Message{ID: "kept", Topic: topic, Payload: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = st.Receive(ctx); err != nil || d.Message().ID != "kept" {
+		t.Fatalf("Receive = %v, %v; want kept", d, err)
+	}
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer wcancel()
+	if d, err := st.Receive(wctx); err == nil {
+		t.Errorf("received %q (attempt %d) after kept; the deleted entry must not come back", d.Message().ID, d.Message().Attempt())
+	}
+	if n := a.Stats().Trimmed; n != 1 {
+		t.Errorf("Stats().Trimmed = %d, want 1", n)
+	}
+	if p, err := a.Client().XPending(ctx, topic, "g").Result(); err != nil || p.Count != 0 {
+		t.Errorf("XPENDING = %+v, %v; want nothing pending", p, err)
+	}
+}
