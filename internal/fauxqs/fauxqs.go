@@ -3,6 +3,7 @@ package fauxqs
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -118,6 +119,40 @@ func (s *Server) waitHealthy(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// SQS makes one SQS API call against s with the AWS SDK for JavaScript v3
+// (@aws-sdk/client-sqs, pinned beside fauxqs and installed with it), run
+// by the emulator's own Node: a client independent of aws-sdk-go-v2 for
+// interop tests, which needs nothing that the emulator does not. action
+// is the API action ("SendMessage", "ReceiveMessage"), input its input
+// (marshalled to JSON, with the SDK's field names), and the call's JSON
+// output is decoded into out (nil to drop it). ctx bounds the call.
+func (s *Server) SQS(ctx context.Context, action string, input, out any) error {
+	dir, err := Install(ctx)
+	if err != nil {
+		return err
+	}
+	in, err := json.Marshal(input)
+	if err != nil {
+		return fmt.Errorf("fauxqs: %s input: %w", action, err)
+	}
+	cmd := exec.CommandContext(ctx, nodeIn(dir), filepath.Join(dir, "sqsclient.mjs"), s.URL, Region, action, string(in))
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("fauxqs: @aws-sdk/client-sqs %s: %w: %s", action, err, strings.TrimSpace(stderr.String()))
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("fauxqs: @aws-sdk/client-sqs %s output %q: %w", action, b, err)
+	}
+	return nil
 }
 
 // Stop ends the server by PID (SIGTERM, then SIGKILL after 5 s) and waits for

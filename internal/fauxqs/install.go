@@ -26,7 +26,7 @@ const installTimeout = 10 * time.Minute
 
 // pinned are the files that define an installation: a change to any of
 // them makes a new one.
-var pinned = []string{"package.json", "package-lock.json", "server.mjs"}
+var pinned = []string{"package.json", "package-lock.json", "server.mjs", "sqsclient.mjs"}
 
 // ErrUnavailable is wrapped by [Install] when fauxqs cannot be had on this
 // machine (no npm, another platform); its message says what to install.
@@ -115,7 +115,8 @@ func installFrom(ctx context.Context, src string) (string, error) {
 
 // installedIn reports whether dir holds a complete installation.
 func installedIn(dir string) bool {
-	for _, p := range []string{nodeIn(dir), filepath.Join(dir, "node_modules", "fauxqs", "package.json"), filepath.Join(dir, "server.mjs")} {
+	for _, p := range []string{nodeIn(dir), filepath.Join(dir, "node_modules", "fauxqs", "package.json"), filepath.Join(dir, "server.mjs"),
+		filepath.Join(dir, "sqsclient.mjs"), filepath.Join(dir, "node_modules", "@aws-sdk", "client-sqs", "package.json")} {
 		if _, err := os.Stat(p); err != nil {
 			return false
 		}
