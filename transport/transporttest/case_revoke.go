@@ -39,11 +39,8 @@ func (s *suite) testRevoked(t *testing.T) {
 		t.Skipf("Semantics.Redelivery is never: nothing revoked could be delivered again")
 	}
 	const n = 24
-	var want []string
 	for i := range n {
-		id := fmt.Sprintf("rv-%02d", i)
-		want = append(want, id)
-		publish(t, a.conn, newMsg(topic, id, keyName(i), i))
+		publish(t, a.conn, newMsg(topic, fmt.Sprintf("rv-%02d", i), keyName(i), i))
 	}
 	held := make(map[string]transport.Delivery)
 	var order []string
