@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/jetstream"
@@ -28,6 +29,14 @@ func (h harness) MakeDeadLetter(tb testing.TB, sub transport.Subscription) (tran
 	dlq := sub.Group + ".dlq"
 	cleanupStream(tb, h.url, dlq)
 	return with, transport.Subscription{Topic: dlq, Group: sub.Group + "-dlq", StartAtOldest: true}, limit
+}
+
+// MakeLease gives each delivery an AckWait of a second and turns the
+// heartbeat off (max_extend at its least), so that only Extend keeps a
+// delivery from being delivered again.
+func (h harness) MakeLease(tb testing.TB, sub transport.Subscription) (transport.Subscription, time.Duration) {
+	sub.Options = map[string]string{"ack_wait": "1s", "max_extend": "1ms"}
+	return sub, time.Second
 }
 
 // restartHarness is harness on a private nats-server it can restart.

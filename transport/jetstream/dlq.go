@@ -107,8 +107,17 @@ func (t *Transport) scanDLQ(ctx context.Context, dlq string, fn func(m *handler.
 	if !validSubject(dlq, false) {
 		return fmt.Errorf("%w: jetstream: DLQ %q is not a subject", transport.ErrInvalidOption, dlq)
 	}
+	// Publish adds the partition (and, with key_subject, the Key) to the
+	// DLQ's subject, as to any topic's: read every one of them.
+	filter := dlq
+	if t.cfg.partitions > 1 {
+		filter += ".*"
+	}
+	if t.cfg.keySubject {
+		filter += ".>"
+	}
 	cctx, cancel := t.opCtx(ctx)
-	name, err := t.js.StreamNameBySubject(cctx, dlq)
+	name, err := t.js.StreamNameBySubject(cctx, filter)
 	cancel()
 	if errors.Is(err, njs.ErrStreamNotFound) {
 		return fmt.Errorf("jetstream: DLQ %s: no stream captures it: %w", dlq, transport.ErrNotFound)
@@ -127,7 +136,7 @@ func (t *Transport) scanDLQ(ctx context.Context, dlq string, fn func(m *handler.
 	last := st.CachedInfo().State.LastSeq
 	for seq := uint64(1); seq <= last; {
 		cctx, cancel := t.opCtx(ctx)
-		raw, err := st.GetMsg(cctx, seq, njs.WithGetMsgSubject(dlq))
+		raw, err := st.GetMsg(cctx, seq, njs.WithGetMsgSubject(filter))
 		cancel()
 		if errors.Is(err, njs.ErrMsgNotFound) {
 			return nil

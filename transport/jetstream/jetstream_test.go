@@ -156,15 +156,15 @@ func TestPublishRefuses(t *testing.T) {
 		m    *handler.Message
 		want error
 	}{
-		{tr, &handler.Message{ID: "1", Topic: topic, Headers: map[string]string{"content type": "x"}}, transport.ErrInvalidOption},
-		{tr, &handler.Message{ID: "2", Topic: topic, Headers: map[string]string{"a:b": "x"}}, transport.ErrInvalidOption},
-		{tr, &handler.Message{ID: "3", Topic: topic, Headers: map[string]string{"": "x"}}, transport.ErrInvalidOption},
-		{tr, &handler.Message{ID: "4", Topic: topic, Headers: map[string]string{"Nats-Expected-Stream": "x"}}, transport.ErrInvalidOption},
-		{tr, &handler.Message{ID: "5", Topic: topic, Headers: map[string]string{"ferry-key": "x"}}, transport.ErrInvalidOption},
+		{tr, &handler.Message{ID: "1", Topic: topic, Headers: map[string]string{"content type": "x"}}, transport.ErrInvalidMessage},
+		{tr, &handler.Message{ID: "2", Topic: topic, Headers: map[string]string{"a:b": "x"}}, transport.ErrInvalidMessage},
+		{tr, &handler.Message{ID: "3", Topic: topic, Headers: map[string]string{"": "x"}}, transport.ErrInvalidMessage},
+		{tr, &handler.Message{ID: "4", Topic: topic, Headers: map[string]string{"Nats-Expected-Stream": "x"}}, transport.ErrInvalidMessage},
+		{tr, &handler.Message{ID: "5", Topic: topic, Headers: map[string]string{"ferry-key": "x"}}, transport.ErrInvalidMessage},
 		{tr, &handler.Message{ID: "6", Topic: topic, Payload: make([]byte, 1001)}, transport.ErrTooLarge},
 		{tr, &handler.Message{ID: "7", Topic: topic + ".*"}, transport.ErrInvalidOption},
-		{ks, &handler.Message{ID: "8", Topic: topic}, transport.ErrInvalidOption},
-		{ks, &handler.Message{ID: "9", Topic: topic, Key: "customer 42"}, transport.ErrInvalidOption},
+		{ks, &handler.Message{ID: "8", Topic: topic}, transport.ErrInvalidMessage},
+		{ks, &handler.Message{ID: "9", Topic: topic, Key: "customer 42"}, transport.ErrInvalidMessage},
 	}
 	for _, b := range bad {
 		err := b.tr.Publish(ctx, b.m)

@@ -19,9 +19,10 @@ import (
 //
 // The first publish to a topic that no stream captures creates the stream
 // (unless create=false) and is sent again; nothing was stored by the
-// first try. A refused message (bad header, payload over MaxPayload) is an
-// error wrapping [transport.ErrInvalidOption] or [transport.ErrTooLarge],
-// and nothing is sent. An error the server returned (a stream limit) is a
+// first try. A refused message is an error wrapping
+// [transport.ErrInvalidMessage] (a header NATS cannot carry or one the
+// transport reserves, a Key that is not a subject token with key_subject)
+// or [transport.ErrTooLarge], and nothing is sent. An error the server returned (a stream limit) is a
 // plain failure: nothing was stored. A timeout, a lost connection or the
 // end of ctx while waiting for the PubAck is an error wrapping
 // [transport.ErrUnknownOutcome] (and ctx.Err() when ctx ended): publish

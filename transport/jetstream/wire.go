@@ -252,8 +252,8 @@ func (t *Transport) encode(m *handler.Message, msgID string) (*nats.Msg, error) 
 	}
 	if t.cfg.keySubject {
 		if !validSubject(m.Key, false) {
-			return nil, fmt.Errorf("%w: jetstream: publish %s: key_subject needs a Key that is valid in a subject (non-empty tokens, no spaces, '*' or '>'), got %q",
-				transport.ErrInvalidOption, m.Topic, m.Key)
+			return nil, fmt.Errorf("%w: jetstream: publish %s: key_subject needs a Message.Key that is valid in a subject (non-empty tokens, no spaces, '*' or '>')",
+				transport.ErrInvalidMessage, m.Topic)
 		}
 		subject += "." + m.Key
 	}
@@ -273,12 +273,12 @@ func (t *Transport) encode(m *handler.Message, msgID string) (*nats.Msg, error) 
 	}
 	for k, v := range m.Headers {
 		if !headerNameOK(k) {
-			return nil, fmt.Errorf("%w: jetstream: publish %s: header name %q cannot travel in NATS (printable ASCII without spaces or any of \"()/,:;<=>?@[\\]{})",
-				transport.ErrInvalidOption, m.Topic, k)
+			return nil, fmt.Errorf("%w: jetstream: publish %s: a header name cannot travel in NATS (printable ASCII without spaces or any of \"()/,:;<=>?@[\\]{})",
+				transport.ErrInvalidMessage, m.Topic)
 		}
 		if reservedHeader(k) {
 			return nil, fmt.Errorf("%w: jetstream: publish %s: header %q is reserved (Nats-… belongs to the server, %s and %s carry the Key and ID)",
-				transport.ErrInvalidOption, m.Topic, k, headerKey, headerID)
+				transport.ErrInvalidMessage, m.Topic, k, headerKey, headerID)
 		}
 		msg.Header[k] = []string{encodeValue(v)}
 	}
