@@ -25,7 +25,8 @@ import (
 //     Ack of it must report the revocation (unless Ack is offset, where a
 //     rebalance may hand over acked messages again);
 //   - every message whose Ack reported the revocation reaches the group
-//     again (B, or A where a rebalance gave its partition back).
+//     again (B, once A has left, where a rebalance gave the partition back
+//     to A).
 //
 // Where the join moves nothing (a standby member, competing consumers that
 // leave leased messages with their holder), no revocation can be provoked
@@ -96,6 +97,9 @@ func (s *suite) testRevoked(t *testing.T) {
 			t.Errorf("A's Ack of %q after B joined = %v; a delivery taken away must report an error wrapping transport.ErrRevoked", id, err)
 		}
 	}
+	// A leaves before B: where A's adapter holds a lock that B waits on
+	// (watermill-sql's offsets row), B could not close first.
+	s.leave(t, a)
 	if len(got) == 0 && len(revoked) == 0 {
 		t.Skipf("B's joining moved nothing A held (a standby, or competing consumers that leave leased messages with their holder): no revocation to check")
 	}
@@ -109,19 +113,20 @@ func (s *suite) testRevoked(t *testing.T) {
 			missing[id] = true
 		}
 	}
-	// The rest may come to A again (a rebalance may give a revoked
-	// partition back to its old owner) or later to B.
+	// The rest may have gone back to A's partitions (a rebalance may give
+	// a revoked partition back to its old owner); A has left, so they come
+	// to B.
 	again := 0
 	deadline = time.Now().Add(redeliverWithin(sem))
-	for len(missing) > 0 && time.Now().Before(deadline) {
-		for _, m := range []*member{a, b} {
-			if d, ok := m.p.tryNext(50 * time.Millisecond); ok {
-				id := ident(t, sem, d.Message())
-				delete(missing, id)
-				again++
-				ack(t, d)
-			}
+	for len(missing) > 0 {
+		d, ok := b.p.tryNext(time.Until(deadline))
+		if !ok {
+			break
 		}
+		id := ident(t, sem, d.Message())
+		delete(missing, id)
+		again++
+		ack(t, d)
 	}
 	if len(missing) > 0 {
 		t.Errorf("%d messages whose delivery to A was revoked did not reach the group again within %v: e.g. %s",

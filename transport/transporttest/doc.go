@@ -58,7 +58,8 @@
 //
 // [Run] runs one subtest per case, named after the Semantics field or the
 // contract rule it proves. All run in parallel, each on its own topics and
-// groups named by [UniqueName], except Restart, which runs first and alone.
+// groups named by [UniqueName], except Restart and Revoked, which run
+// first and alone (Revoked holds messages unsettled for a long while).
 // A case whose capability the stream does not declare skips and names the
 // field.
 //

@@ -36,7 +36,8 @@ const (
 
 // Run runs the conformance suite against the transport that h opens. Each
 // case is a subtest named after the Semantics field or contract rule it
-// proves; all run in parallel except Restart, which runs first and alone.
+// proves; all run in parallel except Restart and Revoked, which run first
+// and alone.
 //
 // Run first opens one stream to read the transport's Semantics. After the
 // cases, it fails t if a Semantics field declared true or non-zero by any
@@ -73,6 +74,11 @@ type testCase struct {
 // serialCases restart or kill something and run alone, before the rest.
 var serialCases = []testCase{
 	{"Restart", (*suite).testRestart},
+	// Revoked holds messages unsettled for up to RedeliveryDelay plus the
+	// margin while it waits for a move that may never come; on a broker
+	// where one open transaction holds every consumer back (watermill-sql
+	// on PostgreSQL), that would stall the parallel cases.
+	{"Revoked", (*suite).testRevoked},
 }
 
 // parallelCases run with t.Parallel.
@@ -99,7 +105,6 @@ var parallelCases = []testCase{
 	{"MaxUnsettled", (*suite).testMaxUnsettled},
 	{"NativeDLQ", (*suite).testNativeDLQ},
 	{"DeadLetter", (*suite).testDeadLetter},
-	{"Revoked", (*suite).testRevoked},
 	{"Settle/Twice", (*suite).testSettleTwice},
 	{"Cancel/Receive", (*suite).testCancelReceive},
 	{"Cancel/Router", (*suite).testCancelRouter},

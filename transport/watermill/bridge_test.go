@@ -194,12 +194,12 @@ func TestPublishRefuses(t *testing.T) {
 		m    handler.Message
 		want error
 	}{
-		{"key field as a header", handler.Message{ID: "a", Headers: map[string]string{watermill.DefaultKeyField: "k"}}, transport.ErrInvalidOption},
-		{"ID not UTF-8", handler.Message{ID: "a\xff"}, transport.ErrInvalidOption},
-		{"Key not UTF-8", handler.Message{ID: "a", Key: "k\xc3"}, transport.ErrInvalidOption},
-		{"header value not UTF-8", handler.Message{ID: "a", Headers: map[string]string{"h": "\xfe"}}, transport.ErrInvalidOption},
-		{"header name not UTF-8", handler.Message{ID: "a", Headers: map[string]string{"\xfe": "v"}}, transport.ErrInvalidOption},
-		{"refused by Validate", handler.Message{ID: "a", Headers: map[string]string{"tenant": "blocked"}}, transport.ErrInvalidOption},
+		{"key field as a header", handler.Message{ID: "a", Headers: map[string]string{watermill.DefaultKeyField: "k"}}, transport.ErrInvalidMessage},
+		{"ID not UTF-8", handler.Message{ID: "a\xff"}, transport.ErrInvalidMessage},
+		{"Key not UTF-8", handler.Message{ID: "a", Key: "k\xc3"}, transport.ErrInvalidMessage},
+		{"header value not UTF-8", handler.Message{ID: "a", Headers: map[string]string{"h": "\xfe"}}, transport.ErrInvalidMessage},
+		{"header name not UTF-8", handler.Message{ID: "a", Headers: map[string]string{"\xfe": "v"}}, transport.ErrInvalidMessage},
+		{"refused by Validate", handler.Message{ID: "a", Headers: map[string]string{"tenant": "blocked"}}, transport.ErrInvalidMessage},
 		{"too large", handler.Message{ID: "a", Payload: make([]byte, 17)}, transport.ErrTooLarge},
 	} {
 		m := tc.m

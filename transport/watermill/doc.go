@@ -75,7 +75,8 @@
 // it was settled (an ack deadline passed at the adapter) answers Ack and
 // Nack with [ErrRevoked], wrapping transport.ErrRevoked.
 //
-// Publish refuses what the bridge could not return byte for byte: a
+// Publish refuses, with [transport.ErrInvalidMessage], what the bridge
+// could not return byte for byte: a
 // header named like the key field, an ID, Key or header that is not UTF-8
 // (adapters carry metadata as text), and what [Validate] refuses for the
 // adapter. An adapter's Publish error is reported as

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,11 +60,23 @@ func dropTopic(tb testing.TB, pool *pgxpool.Pool, topic string) {
 	})
 }
 
-// uuidFits refuses a UUID that the default schema's VARCHAR(36) would not
-// keep.
+// uuidFits refuses what the default schema would not keep: a UUID longer
+// than its VARCHAR(36), and a NUL, which PostgreSQL's text and JSON refuse,
+// in the UUID or the metadata (the Key's field or a header).
 func uuidFits(m *message.Message) error {
 	if len(m.UUID) > 36 {
 		return fmt.Errorf("UUID of %d bytes; the uuid column holds 36", len(m.UUID))
+	}
+	if strings.ContainsRune(m.UUID, 0) {
+		return errors.New("the UUID (Message.ID) holds a NUL, which PostgreSQL's text refuses")
+	}
+	for k, v := range m.Metadata {
+		if strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
+			if k == watermill.DefaultKeyField {
+				return errors.New("the Key's metadata field holds a NUL, which PostgreSQL's JSON refuses")
+			}
+			return errors.New("a header (metadata) holds a NUL, which PostgreSQL's JSON refuses")
+		}
 	}
 	return nil
 }

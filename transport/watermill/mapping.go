@@ -43,7 +43,7 @@ func (c *config) toWatermill(m *handler.Message) (*message.Message, error) {
 	if c.validate != nil {
 		if err := c.validate(w); err != nil {
 			return nil, fmt.Errorf("%w: watermill: publish %s: message %q refused by Validate: %w",
-				transport.ErrInvalidOption, m.Topic, m.ID, err)
+				transport.ErrInvalidMessage, m.Topic, m.ID, err)
 		}
 	}
 	return w, nil
@@ -60,20 +60,20 @@ func (c *config) check(m *handler.Message) error {
 	}
 	if !utf8.ValidString(m.ID) {
 		return fmt.Errorf("%w: watermill: publish %s: Message.ID is not UTF-8; Watermill adapters carry the UUID as text",
-			transport.ErrInvalidOption, m.Topic)
+			transport.ErrInvalidMessage, m.Topic)
 	}
 	if !utf8.ValidString(m.Key) {
 		return fmt.Errorf("%w: watermill: publish %s: message %q: Key is not UTF-8; it travels as metadata text",
-			transport.ErrInvalidOption, m.Topic, m.ID)
+			transport.ErrInvalidMessage, m.Topic, m.ID)
 	}
 	for k, v := range m.Headers {
 		if k == c.keyField {
 			return fmt.Errorf("%w: watermill: publish %s: message %q: header %q is where Message.Key travels; set Key instead",
-				transport.ErrInvalidOption, m.Topic, m.ID, k)
+				transport.ErrInvalidMessage, m.Topic, m.ID, k)
 		}
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return fmt.Errorf("%w: watermill: publish %s: message %q: a header name or value is not UTF-8; metadata travels as text",
-				transport.ErrInvalidOption, m.Topic, m.ID)
+				transport.ErrInvalidMessage, m.Topic, m.ID)
 		}
 	}
 	return nil
@@ -113,7 +113,7 @@ func (c *config) fromWatermill(w *message.Message, topic string, m *handler.Mess
 func (c *config) toFerry(w *message.Message, topic string) (*handler.Message, error) {
 	if v, ok := w.Metadata[c.keyField]; ok && v == "" {
 		return nil, fmt.Errorf("%w: watermill: publish %s: message %q: metadata field %q is empty; Ferry's Key cannot carry an empty key (leave the field out)",
-			transport.ErrInvalidOption, topic, w.UUID, c.keyField)
+			transport.ErrInvalidMessage, topic, w.UUID, c.keyField)
 	}
 	m := &handler.Message{}
 	c.fromWatermill(w, topic, m)

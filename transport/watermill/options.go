@@ -246,7 +246,7 @@ func RedeliveryDelay(d time.Duration) Option {
 // Validate adds a check that Publish runs on each Watermill message, after
 // the bridge's own, before handing it to the adapter. A non-nil error
 // refuses the message: Publish returns it wrapped with
-// [transport.ErrInvalidOption] and publishes nothing. Use it for what the
+// [transport.ErrInvalidMessage] and publishes nothing. Use it for what the
 // adapter stores differently from what it was given, which the bridge
 // cannot know: watermill-sql's default schema keeps the UUID in a
 // VARCHAR(36) and the payload in a JSON column (or BYTEA, with

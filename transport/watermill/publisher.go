@@ -47,7 +47,7 @@ func NewPublisher(p transport.Publisher, opts ...Option) (*Publisher, error) {
 //
 // Every message is checked before any is sent: one whose key field is
 // present but empty (Ferry's Key could not return it) is refused with an
-// error wrapping [transport.ErrInvalidOption], and nothing is published.
+// error wrapping [transport.ErrInvalidMessage], and nothing is published.
 // Several messages go out with one transport.PublishBatch where the
 // transport is a [transport.BatchPublisher], otherwise one Publish after
 // another, stopping at the first error, as Watermill's Publisher contract

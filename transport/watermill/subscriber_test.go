@@ -208,8 +208,8 @@ func TestSubscriberKeyFieldAndPublisher(t *testing.T) {
 	ok.Metadata.Set("type", "OrderPlaced")
 	bad := message.NewMessage("evt-2", []byte("y"))
 	bad.Metadata.Set("partition_key", "")
-	if err := pub.Publish("out", ok, bad); !errors.Is(err, transport.ErrInvalidOption) {
-		t.Fatalf("Publish with an empty key field = %v; want transport.ErrInvalidOption", err)
+	if err := pub.Publish("out", ok, bad); !errors.Is(err, transport.ErrInvalidMessage) {
+		t.Fatalf("Publish with an empty key field = %v; want transport.ErrInvalidMessage", err)
 	}
 	quiet(t, st, 300*time.Millisecond, "a batch with a refused message must publish nothing")
 	if err := pub.Publish("out", ok); err != nil {
