@@ -20,6 +20,7 @@ import (
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/internal/fauxqs"
 	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/jetstream"
 	"github.com/ferrymq/ferry/transport/kafka"
 	"github.com/ferrymq/ferry/transport/memory"
 	"github.com/ferrymq/ferry/transport/mqtt"
@@ -212,6 +213,20 @@ func newCases() []leakCase {
 				return []error{e1, e2, e3, e4, e5}
 			}
 			return append([]error{e1, e2, e3, e4, subscribeBad(ctx, tr, "ferry-test/leak")}, closedPublish(ctx, tr, "ferry-test/leak")...)
+		}},
+		{"jetstream", func(t *testing.T, ctx context.Context, lg *slog.Logger) []error {
+			transporttest.RequireBroker(t, "nats", "127.0.0.1:4222")
+			log := jetstream.WithLogger(lg)
+			_, e1 := jetstream.New(ctx, "nats://"+user+":"+pass+"@127.0.0.1:4222?token="+token, log)
+			_, e2 := jetstream.New(ctx, "nats://"+user+":"+pass+"@127.0.0.1:4222?timeout="+value, log)
+			_, e3 := jetstream.New(ctx, "nats://"+user+":"+pass+"@"+refused(t), log)
+			_, e4 := jetstream.New(ctx, "nats://"+token+"@"+refused(t), log) // a lone token
+			_, e5 := transport.Open(ctx, "nats://"+user+":"+pass+"@"+refused(t)+"?token="+token)
+			tr, err := jetstream.New(ctx, "nats://127.0.0.1:4222?name="+token, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return append([]error{e1, e2, e3, e4, e5, subscribeBad(ctx, tr, transporttest.UniqueName(t, "leak"))}, closedPublish(ctx, tr, "leak")...)
 		}},
 		{"sqs", func(t *testing.T, ctx context.Context, lg *slog.Logger) []error {
 			srv := fauxqs.ForTest(t)

@@ -5,5 +5,6 @@
 // publish after Close, a subscription with bad options) with secrets in
 // every part of the URL (user, password, query values, an endpoint with
 // user-info), and searches every error and every log line (the
-// transport's injected logger and slog.Default) for them.
+// transport's injected logger, slog.Default and the process's standard
+// error) for them. The Watermill bridge takes no URL, and is not in it.
 package credleak
