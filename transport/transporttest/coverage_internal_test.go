@@ -14,7 +14,7 @@ func TestCoverageListsEveryField(t *testing.T) {
 	sem := transport.Semantics{
 		Transport: "x", Ordering: transport.OrderPerKey, OrderingHint: "h", Ack: transport.AckOffset,
 		Redelivery: transport.RedeliverOnReconnect, NackDelay: true, Attempts: true, Extend: true,
-		NativeDLQ: true, FanOut: true, Replay: true, Headers: true, MaxPayload: 1, RedeliveryDelay: 1,
+		NativeDLQ: true, FanOut: true, Replay: true, Headers: true, MaxPayload: 1, RedeliveryDelay: 1, MaxUnsettled: 1,
 	}
 	listed := make(map[string]bool)
 	for _, c := range claims(sem) {
