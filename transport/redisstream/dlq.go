@@ -22,7 +22,7 @@ func (t *Transport) ListDLQ(ctx context.Context, dlq string, limit int) ([]*hand
 	for _, key := range t.streamsOf(dlq) {
 		ms, err := t.c.XRangeN(ctx, key, "-", "+", int64(limit)).Result()
 		if err != nil {
-			return nil, fmt.Errorf("redisstream: list dlq %q: %w", key, err)
+			return nil, fmt.Errorf("redisstream: list dlq %q on %s: %w", key, t.cfg.addr, err)
 		}
 		all = append(all, ms...)
 	}
@@ -57,7 +57,7 @@ func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Repla
 		for {
 			page, err := t.c.XRangeN(ctx, key, start, "+", 100).Result()
 			if err != nil {
-				return n, fmt.Errorf("redisstream: replay dlq %q: %w", key, err)
+				return n, fmt.Errorf("redisstream: replay dlq %q on %s: %w", key, t.cfg.addr, err)
 			}
 			if len(page) == 0 {
 				break
@@ -75,7 +75,7 @@ func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Repla
 					return n, fmt.Errorf("redisstream: replay dlq %q entry %s: %w", key, x.ID, err)
 				}
 				if err := t.c.XDel(ctx, key, x.ID).Err(); err != nil {
-					return n, fmt.Errorf("redisstream: replay dlq %q: delete %s after republishing it: %w", key, x.ID, err)
+					return n, fmt.Errorf("redisstream: replay dlq %q on %s: delete %s after republishing it: %w", key, t.cfg.addr, x.ID, err)
 				}
 				n++
 				if r.Limit > 0 && n >= r.Limit {

@@ -139,7 +139,11 @@ func (s *stream) readNew(ctx context.Context, now time.Time) error {
 	}
 	s.args.Streams = streams
 	s.args.Block = block
-	res, err := s.rc.XReadGroup(ctx, &s.args).Result()
+	// The reply is due within block; a silent server is given up on after
+	// Timeout more (go-redis alone would wait block + 10s).
+	rctx, cancel := context.WithTimeout(ctx, block+s.t.cfg.timeout)
+	res, err := s.rc.XReadGroup(rctx, &s.args).Result()
+	cancel()
 	if err != nil {
 		if errors.Is(err, goredis.Nil) {
 			return nil
@@ -147,7 +151,7 @@ func (s *stream) readNew(ctx context.Context, now time.Time) error {
 		if isNoGroup(err) {
 			s.recreateGroups(ctx)
 		}
-		return fmt.Errorf("redisstream: read %q as %s/%s: %w", s.topic, s.group, s.consumer, err)
+		return fmt.Errorf("redisstream: read %q as %s/%s on %s: %w", s.topic, s.group, s.consumer, s.t.cfg.addr, err)
 	}
 	total := 0
 	for _, r := range res {
@@ -196,7 +200,7 @@ func (s *stream) rereadOwn(ctx context.Context) error {
 				Count: int64(s.cfg.count), Block: -1,
 			}).Result()
 			if err != nil && !errors.Is(err, goredis.Nil) {
-				return fmt.Errorf("redisstream: re-read own pending entries of %q as %s/%s: %w", sh.key, s.group, s.consumer, err)
+				return fmt.Errorf("redisstream: re-read own pending entries of %q as %s/%s on %s: %w", sh.key, s.group, s.consumer, s.t.cfg.addr, err)
 			}
 			if len(res) == 0 || len(res[0].Messages) == 0 {
 				break
@@ -237,7 +241,7 @@ func (s *stream) queueOwn(ctx context.Context, sh *shard, page []goredis.XMessag
 		Start: lost[0].ID, End: lost[len(lost)-1].ID, Count: int64(len(page)),
 	}).Result()
 	if err != nil {
-		return fmt.Errorf("redisstream: delivery counts of %q as %s/%s: %w", sh.key, s.group, s.consumer, err)
+		return fmt.Errorf("redisstream: delivery counts of %q as %s/%s on %s: %w", sh.key, s.group, s.consumer, s.t.cfg.addr, err)
 	}
 	attempts := make(map[string]int, len(counts))
 	for _, p := range counts {

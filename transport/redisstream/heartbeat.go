@@ -147,7 +147,7 @@ func (s *stream) refresh(ctx context.Context, sh *shard, ids []string, idles []i
 		}
 		res, err := refreshScript.Run(ctx, s.c, []string{sh.key}, args...).StringSlice()
 		if err != nil {
-			return lost, fmt.Errorf("redisstream: refresh leases on %q: %w", sh.key, err)
+			return lost, fmt.Errorf("redisstream: refresh leases of %q on %s: %w", sh.key, s.t.cfg.addr, err)
 		}
 		lost = append(lost, res...)
 	}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -78,12 +79,25 @@ type privateRedis struct {
 	bin  string
 	dir  string
 	port int
+	conf []string // more configuration lines
 	cmd  *exec.Cmd
 }
 
-// startPrivateRedis starts a private redis-server, or skips (fails under
+// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startPrivateRedis starts a private redis-server, with conf's lines
+// added to its configuration, or skips (fails under
 // FERRY_REQUIRE_BROKERS=1) if redis-server is not installed.
-func startPrivateRedis(tb testing.TB) *privateRedis {
+func startPrivateRedis(tb testing.TB, conf ...string) *privateRedis {
 	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -92,13 +106,7 @@ func startPrivateRedis(tb testing.TB) *privateRedis {
 		}
 		tb.Skipf("redis-server not installed (%v): cannot run a private instance to restart", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	p := &privateRedis{bin: bin, dir: tb.TempDir(), port: port}
+	p := &privateRedis{bin: bin, dir: tb.TempDir(), port: freePort(tb), conf: conf}
 	p.start(tb)
 	tb.Cleanup(func() { p.kill() })
 	return p
@@ -110,7 +118,11 @@ func (p *privateRedis) start(tb testing.TB) {
 	tb.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cmd := exec.Command(p.bin,
+	conf := filepath.Join(p.dir, "redis.conf")
+	if err := os.WriteFile(conf, []byte(strings.Join(p.conf, "\n")+"\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(p.bin, conf,
 		"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
 		"--dir", p.dir, "--appendonly", "yes", "--appendfsync", "always",
 		"--save", "", "--daemonize", "no", "--logfile", filepath.Join(p.dir, "redis.log"))
@@ -124,7 +136,7 @@ func (p *privateRedis) start(tb testing.TB) {
 		c := goredis.NewClient(&goredis.Options{Addr: p.addr(), MaxRetries: -1})
 		err := c.Ping(context.Background()).Err()
 		_ = c.Close()
-		if err == nil {
+		if err == nil || goredis.HasErrorPrefix(err, "NOAUTH") { // up, and wanting credentials
 			return
 		}
 		if time.Now().After(deadline) {

@@ -37,7 +37,9 @@ func (t *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]tran
 // streamLag is Lag of one stream.
 func (t *Transport) streamLag(ctx context.Context, key, group string, now time.Time) (transport.Lag, error) {
 	l := transport.Lag{Partition: key}
-	wrap := func(err error) error { return fmt.Errorf("redisstream: lag of %q on %q: %w", group, key, err) }
+	wrap := func(err error) error {
+		return fmt.Errorf("redisstream: lag of %q on %q on %s: %w", group, key, t.cfg.addr, err)
+	}
 	groups, err := t.c.XInfoGroups(ctx, key).Result()
 	if goredis.HasErrorPrefix(err, "ERR no such key") {
 		return l, wrap(fmt.Errorf("no such stream: %w", transport.ErrNotFound))

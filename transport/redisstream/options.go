@@ -22,6 +22,8 @@ const (
 	DefaultClaimInterval = time.Second
 	DefaultMaxExtend     = time.Hour
 	DefaultLease         = 10 * time.Second
+	DefaultTimeout       = 5 * time.Second // see [Timeout]
+	DefaultPublishWindow = 1024            // see [PublishWindow]
 )
 
 // maxShards bounds [Shards], so that a typo cannot make a million streams.
@@ -54,6 +56,9 @@ type config struct {
 	maxLen             int64 // 0: no trimming
 	retention          time.Duration
 	shards             int
+	timeout            time.Duration
+	plaintextAuth      bool
+	publishWindow      int
 	consume            consumeConfig
 	log                *slog.Logger
 	err                error
@@ -74,10 +79,12 @@ type consumeConfig struct {
 
 func defaultConfig() config {
 	return config{
-		addr:       DefaultAddr,
-		maxPayload: DefaultMaxPayload,
-		maxLen:     DefaultMaxLen,
-		shards:     DefaultShards,
+		addr:          DefaultAddr,
+		maxPayload:    DefaultMaxPayload,
+		maxLen:        DefaultMaxLen,
+		shards:        DefaultShards,
+		timeout:       DefaultTimeout,
+		publishWindow: DefaultPublishWindow,
 		consume: consumeConfig{
 			mode:          ModeExclusive,
 			count:         DefaultCount,
@@ -113,7 +120,9 @@ func WithLogger(l *slog.Logger) Option {
 // Credentials sets the AUTH user name and password, overriding the URL's
 // user info (redis://user:password@host, or redis://password@host for a
 // password alone). An empty username authenticates as the default user.
-// Credentials never appear in errors or logs.
+// Credentials never appear in errors or logs. Over a connection without
+// TLS (redis://) they are refused unless [AllowPlaintextAuth] says
+// otherwise: AUTH sends them as they are.
 func Credentials(username, password string) Option {
 	return optionFunc(func(c *config) { c.username, c.password = username, password })
 }
@@ -129,6 +138,45 @@ func TLSConfig(cfg *tls.Config) Option {
 		}
 		c.tls = cfg.Clone()
 	})
+}
+
+// AllowPlaintextAuth, with allow true, lets credentials (the URL's user
+// info, or [Credentials]) go to Redis over a connection without TLS,
+// where anyone on the path can read them: Redis's AUTH sends them as they
+// are. Without it [New] refuses such a configuration; use rediss:// (or
+// [TLSConfig]). Use it for a Redis on the same host or a trusted network
+// only. URL key allow_plaintext_auth.
+func AllowPlaintextAuth(allow bool) Option {
+	return optionFunc(func(c *config) { c.plaintextAuth = allow })
+}
+
+// Timeout bounds each exchange with Redis, overriding the default of 5s:
+// the dial and the TLS handshake of a connection, and the write and the
+// reply of every command (a blocking XREADGROUP waits for block + 10s
+// instead, go-redis's rule). So no call waits on a silent server for
+// longer than a few timeouts (a failed command of the acks, leases and
+// operator calls is retried at most 3 times; reads and publishes are
+// never retried), and a context deadline shorter than it is honoured
+// too. It must cover the transfer of the largest payload. d must be at
+// least 1ms. URL key timeout.
+func Timeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < time.Millisecond {
+			c.fail("Timeout(%v): want 1ms or more", d)
+			return
+		}
+		c.timeout = d
+	})
+}
+
+// PublishWindow sets how many messages [Transport.PublishAsync] keeps
+// accepted and not yet confirmed, overriding the default of 1024: while
+// that many await their replies, PublishAsync (and Publish) wait for
+// room. They go out in pipelines of up to 512 XADDs, one pipeline at a
+// time, so that messages keep the order in which they were accepted. n
+// must be positive. URL key publish_window.
+func PublishWindow(n int) Option {
+	return intAtLeast("PublishWindow", n, 1, func(c *config) { c.publishWindow = n })
 }
 
 // SkipVerify turns off the verification of the server's certificate, for

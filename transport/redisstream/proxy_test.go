@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,23 +14,24 @@ import (
 	"testing"
 )
 
-// proxy is a TCP proxy between a consumer and Redis that the test
+// proxy is a TCP proxy between a client and Redis that the test
 // controls: it can cut every connection and refuse new ones (a consumer
-// cut off from Redis, or dead to it), and it can drop the reply of one
-// XREADGROUP … > on a given stream after Redis has executed it (a reply
-// lost with its connection). It reads the client's commands as RESP
-// arrays; replies pass through untouched otherwise.
+// cut off from Redis, or dead to it), stall them (a server that accepts
+// and never answers), and drop the reply of one command after Redis has
+// executed it (a reply lost with its connection). It reads the client's
+// commands as RESP arrays; replies pass through untouched otherwise.
 type proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	down  bool
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	down    bool
+	stalled chan struct{} // non-nil while stalled; closed by unstall
 
-	dropStream string        // set by armDrop; under mu
-	armed      atomic.Bool   // drop the next non-empty XREADGROUP … > reply on dropStream
-	dropped    chan struct{} // closed when a reply was dropped
+	dropMatch func(args []string) bool // set by armDrop; under mu
+	armed     atomic.Bool              // drop the next non-empty reply to a command dropMatch matches
+	dropped   chan struct{}            // closed when a reply was dropped
 }
 
 // startProxy listens on a free loopback port and forwards to target until
@@ -46,6 +48,7 @@ func startProxy(tb testing.TB, target string) *proxy {
 	tb.Cleanup(func() {
 		_ = ln.Close()
 		p.cut()
+		p.unstall()
 	})
 	return p
 }
@@ -70,13 +73,60 @@ func (p *proxy) restore() {
 	p.mu.Unlock()
 }
 
+// stall stops forwarding, both ways, on every connection, open or new,
+// until unstall: the server looks alive (connections are accepted) and
+// never answers.
+func (p *proxy) stall() {
+	p.mu.Lock()
+	if p.stalled == nil {
+		p.stalled = make(chan struct{})
+	}
+	p.mu.Unlock()
+}
+
+// unstall forwards again what was held.
+func (p *proxy) unstall() {
+	p.mu.Lock()
+	if p.stalled != nil {
+		close(p.stalled)
+		p.stalled = nil
+	}
+	p.mu.Unlock()
+}
+
+// hold waits while the proxy is stalled.
+func (p *proxy) hold() {
+	p.mu.Lock()
+	ch := p.stalled
+	p.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
 // armDrop makes the proxy drop the reply of the next XREADGROUP … > on
 // stream that returns entries: the command reaches Redis, which moves the
 // entries into the consumer's pending list, and the client's connection
 // is closed instead of the reply. Only one reply is dropped.
 func (p *proxy) armDrop(stream string) {
+	p.armDropOf("xreadgroup", stream)
+}
+
+// armDropOf makes the proxy drop the reply of the next command cmd naming
+// stream (XREADGROUP: reading new entries, "… >") that does not reply
+// with a nil: Redis executes it, and the client's connection is closed
+// instead of the reply. Only one reply is dropped.
+func (p *proxy) armDropOf(cmd, stream string) {
 	p.mu.Lock()
-	p.dropStream = stream
+	p.dropMatch = func(args []string) bool {
+		if len(args) < 2 || !strings.EqualFold(args[0], cmd) {
+			return false
+		}
+		if strings.EqualFold(cmd, "xreadgroup") && args[len(args)-1] != ">" {
+			return false
+		}
+		return slices.Contains(args[1:], stream)
+	}
 	p.mu.Unlock()
 	p.armed.Store(true)
 }
@@ -129,16 +179,17 @@ func (p *proxy) serve(client net.Conn) {
 			if err != nil {
 				return
 			}
-			if p.armed.Load() && p.isArmedRead(args) {
+			if p.armed.Load() && p.isArmed(args) {
 				dropNext.Store(true)
 			}
+			p.hold()
 			if _, err := server.Write(raw); err != nil {
 				return
 			}
 		}
 	}()
-	// server -> client. A client sends an XREADGROUP alone and waits for
-	// its reply, so the first bytes after it are that reply.
+	// server -> client. A client sends an armed command alone and waits
+	// for its reply, so the first bytes after it are that reply.
 	defer closeBoth()
 	buf := make([]byte, 64<<10)
 	for {
@@ -151,6 +202,7 @@ func (p *proxy) serve(client net.Conn) {
 			}
 		}
 		if n > 0 {
+			p.hold()
 			if _, werr := client.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -161,19 +213,11 @@ func (p *proxy) serve(client net.Conn) {
 	}
 }
 
-// isArmedRead reports whether args is XREADGROUP … STREAMS <dropStream> >.
-func (p *proxy) isArmedRead(args []string) bool {
-	if len(args) < 3 || !strings.EqualFold(args[0], "xreadgroup") || args[len(args)-1] != ">" {
-		return false
-	}
+// isArmed reports whether args is the command whose reply to drop.
+func (p *proxy) isArmed(args []string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, a := range args {
-		if a == p.dropStream {
-			return true
-		}
-	}
-	return false
+	return p.dropMatch != nil && p.dropMatch(args)
 }
 
 // readCommand reads one RESP array of bulk strings (a client command) and

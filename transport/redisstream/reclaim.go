@@ -37,7 +37,7 @@ func (s *stream) claimPage(ctx context.Context, sh *shard, cursor string, minIdl
 		if isNoGroup(err) {
 			s.recreateGroups(ctx)
 		}
-		return cursor, fmt.Errorf("redisstream: claim on %q as %s/%s: %w", sh.key, s.group, s.consumer, err)
+		return cursor, fmt.Errorf("redisstream: claim on %q as %s/%s on %s: %w", sh.key, s.group, s.consumer, s.t.cfg.addr, err)
 	}
 	if len(res) != 4 {
 		return cursor, fmt.Errorf("redisstream: claim on %q: unexpected reply of %d elements", sh.key, len(res))

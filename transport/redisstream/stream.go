@@ -341,7 +341,7 @@ func (s *stream) shutdown(ctx context.Context) error {
 		}
 		pipe.ZRem(ctx, s.members, s.consumer)
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
-			errs = append(errs, fmt.Errorf("redisstream: release shard leases: %w", err))
+			errs = append(errs, fmt.Errorf("redisstream: release shard leases on %s: %w", s.t.cfg.addr, err))
 		}
 	}
 	if s.ownName && len(work) == 0 && len(errs) == 0 {

@@ -32,10 +32,6 @@ const (
 // consumers dedupe.
 var ErrLeaseLost = fmt.Errorf("redisstream: entry no longer owned by this consumer: %w", transport.ErrRevoked)
 
-// connectTimeout bounds the PING of [New] when ctx has a later deadline
-// or none.
-const connectTimeout = 10 * time.Second
-
 // Transport is a connection to one Redis server that publishes to and
 // subscribes on streams. It implements [transport.Transport],
 // [transport.Declarer], [transport.BatchPublisher],
@@ -45,10 +41,12 @@ type Transport struct {
 	// c carries publishes, acks, leases and operator calls; go-redis
 	// retries its commands on a broken connection.
 	c *goredis.Client
-	// rc carries the commands that move entries into a consumer's pending
-	// list (XREADGROUP, XAUTOCLAIM) and never retries them, so that a lost
-	// reply surfaces as an error and the stream re-reads its own pending
-	// entries before new ones (fetch.go).
+	// rc carries the commands that must not be sent twice and never
+	// retries them: those that move entries into a consumer's pending list
+	// (XREADGROUP, XAUTOCLAIM), so that a lost reply surfaces as an error
+	// and the stream re-reads its own pending entries before new ones
+	// (fetch.go), and the XADDs of publishes, so that a lost reply is
+	// reported as an unknown outcome instead of writing a second entry.
 	rc  *goredis.Client
 	pub *batch.Batcher[pubItem] // publish.go
 	cfg config
@@ -66,9 +64,11 @@ type Transport struct {
 
 // New connects to the Redis server of rawURL (redis://… or rediss://…; see
 // the package doc for its query keys), applies opts after the URL's keys,
-// and checks the connection with PING, bounded by ctx and by 10s. A bad
-// URL or option returns an error wrapping [transport.ErrInvalidOption]
-// that names it; nothing is reported later.
+// and checks the connection with PING, bounded by ctx and, at each step
+// (dial, TLS handshake, reply), by [Timeout]. A bad URL or option returns
+// an error wrapping [transport.ErrInvalidOption] that names it; refused
+// credentials an error wrapping [ErrAuth]; any other failure says which
+// step failed against which host. No error holds a credential.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
 	cfg, err := parse(rawURL, opts)
 	if err != nil {
@@ -76,16 +76,12 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 	}
 	c := goredis.NewClient(cfg.clientOptions(0))
 	rc := goredis.NewClient(cfg.clientOptions(-1))
-	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	if err := c.Ping(pctx).Err(); err != nil {
+	// The PING goes over the client that never retries, so that the first
+	// failure is the one reported, not a later "context deadline exceeded".
+	if err := rc.Ping(ctx).Err(); err != nil {
 		_ = c.Close()
 		_ = rc.Close()
-		tlsNote := ""
-		if cfg.tls != nil {
-			tlsNote = " with TLS"
-		}
-		return nil, fmt.Errorf("redisstream: connect to %s%s: %w", cfg.addr, tlsNote, err)
+		return nil, connectErr(cfg.addr, cfg.tls != nil, cfg.timeout, err)
 	}
 	t := &Transport{c: c, rc: rc, cfg: cfg, log: cfg.log, streams: make(map[*stream]struct{})}
 	if t.pub, err = t.newPublisher(); err != nil {
@@ -94,22 +90,6 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 		return nil, fmt.Errorf("redisstream: publisher: %w", err)
 	}
 	return t, nil
-}
-
-// clientOptions returns go-redis options for cfg; maxRetries 0 is
-// go-redis's default, -1 no retry.
-func (cfg *config) clientOptions(maxRetries int) *goredis.Options {
-	return &goredis.Options{
-		Addr:       cfg.addr,
-		Username:   cfg.username,
-		Password:   cfg.password,
-		DB:         cfg.db,
-		PoolSize:   cfg.poolSize,
-		TLSConfig:  cfg.tls,
-		ClientName: cfg.clientName,
-		Protocol:   2,
-		MaxRetries: maxRetries,
-	}
 }
 
 // Client returns the underlying go-redis client, for operations this
@@ -232,7 +212,7 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 	for _, sh := range s.shards {
 		if err := t.c.XGroupCreateMkStream(ctx, sh.key, s.group, start).Err(); err != nil && !isBusyGroup(err) {
 			_ = s.acks.close(ctx)
-			return nil, fmt.Errorf("redisstream: subscribe %q: create group %q on %q: %w", sub.Topic, s.group, sh.key, err)
+			return nil, fmt.Errorf("redisstream: subscribe %q: create group %q on %q on %s: %w", sub.Topic, s.group, sh.key, t.cfg.addr, err)
 		}
 	}
 	t.mu.Lock()

@@ -27,6 +27,9 @@ const (
 	keyMaxLen     = "maxlen"
 	keyRetention  = "retention"
 	keyShards     = "shards"
+	keyTimeout    = "timeout"
+	keyPlaintext  = "allow_plaintext_auth"
+	keyPubWindow  = "publish_window"
 )
 
 // Consume keys, in the URL and in Subscription.Options.
@@ -116,6 +119,15 @@ func parse(rawURL string, opts []Option) (config, error) {
 	if n, ok := q.Int(keyShards); ok {
 		fromURL = append(fromURL, Shards(n))
 	}
+	if d, ok := q.Duration(keyTimeout); ok {
+		fromURL = append(fromURL, Timeout(d))
+	}
+	if b, ok := q.Bool(keyPlaintext); ok {
+		fromURL = append(fromURL, AllowPlaintextAuth(b))
+	}
+	if n, ok := q.Int(keyPubWindow); ok {
+		fromURL = append(fromURL, PublishWindow(n))
+	}
 	fromURL = append(fromURL, consumeOptions(q)...)
 	if err := q.Err(); err != nil {
 		return cfg, err
@@ -135,6 +147,10 @@ func parse(rawURL string, opts []Option) (config, error) {
 		} else {
 			cfg.tls.InsecureSkipVerify = true
 		}
+	}
+	if cfg.err == nil && cfg.tls == nil && (cfg.username != "" || cfg.password != "") && !cfg.plaintextAuth {
+		cfg.fail("%s: credentials would cross the network in clear without TLS: use rediss:// (or TLSConfig), or set %s=true (AllowPlaintextAuth) for a Redis on this host or a trusted network",
+			transport.Redact(u), keyPlaintext)
 	}
 	return cfg, cfg.err
 }
