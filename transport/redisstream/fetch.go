@@ -39,6 +39,9 @@ func (s *stream) fetchLoop() {
 		err := s.fill(ctx)
 		if err != nil {
 			s.reread = true
+			if isNoGroup(err) { // whichever read found it: new, own or claim
+				s.recreateGroups(ctx)
+			}
 		}
 		if s.closed.Load() {
 			return
@@ -147,9 +150,6 @@ func (s *stream) readNew(ctx context.Context, now time.Time) error {
 	if err != nil {
 		if errors.Is(err, goredis.Nil) {
 			return nil
-		}
-		if isNoGroup(err) {
-			s.recreateGroups(ctx)
 		}
 		return fmt.Errorf("redisstream: read %q as %s/%s on %s: %w", s.topic, s.group, s.consumer, s.t.cfg.addr, err)
 	}

@@ -34,9 +34,6 @@ func (s *stream) claim(ctx context.Context, sh *shard, minIdle time.Duration) er
 func (s *stream) claimPage(ctx context.Context, sh *shard, cursor string, minIdle time.Duration) (string, error) {
 	res, err := claimScript.Run(ctx, s.rc, []string{sh.key}, s.group, s.consumer, minIdle.Milliseconds(), cursor, s.cfg.count).Slice()
 	if err != nil {
-		if isNoGroup(err) {
-			s.recreateGroups(ctx)
-		}
 		return cursor, fmt.Errorf("redisstream: claim on %q as %s/%s on %s: %w", sh.key, s.group, s.consumer, s.t.cfg.addr, err)
 	}
 	if len(res) != 4 {

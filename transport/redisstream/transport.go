@@ -228,7 +228,13 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 }
 
 func isBusyGroup(err error) bool { return goredis.HasErrorPrefix(err, "BUSYGROUP") }
-func isNoGroup(err error) bool   { return goredis.HasErrorPrefix(err, "NOGROUP") }
+
+// isNoGroup reports whether err is Redis's NOGROUP, the stream or the
+// group missing, as a command's reply or inside a script's error.
+func isNoGroup(err error) bool {
+	var rerr goredis.Error
+	return errors.As(err, &rerr) && strings.Contains(rerr.Error(), "NOGROUP")
+}
 
 func (t *Transport) forget(s *stream) {
 	t.mu.Lock()
