@@ -104,7 +104,7 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 	if lost {
 		return fmt.Errorf("redisstream: nack %s on %q: %w", d.id, d.sh.key, ErrLeaseLost)
 	}
-	_, err := s.refresh(ctx, d.sh, []string{d.id}, []int64{(s.cfg.claimIdle - delay).Milliseconds()})
+	_, gone, err := s.refresh(ctx, d.sh, []string{d.id}, []int64{(s.cfg.claimIdle - delay).Milliseconds()})
 	// Look for it again as soon as it can be claimed.
 	due := now.Add(delay).UnixNano()
 	for {
@@ -115,6 +115,9 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 	}
 	if err != nil {
 		return fmt.Errorf("redisstream: nack %s (it is redelivered after claim_idle): %w", d.id, err)
+	}
+	if len(gone) > 0 {
+		return fmt.Errorf("redisstream: nack %s on %q: the entry was trimmed from the stream before it was settled; it cannot be delivered again", d.id, d.sh.key)
 	}
 	return nil
 }
@@ -140,7 +143,7 @@ func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
 			break
 		}
 	}
-	lost, err := s.refresh(ctx, d.sh, []string{d.id}, nil)
+	lost, _, err := s.refresh(ctx, d.sh, []string{d.id}, nil)
 	if err != nil {
 		return fmt.Errorf("redisstream: extend %s: %w", d.id, err)
 	}

@@ -93,7 +93,7 @@ func (s *stream) beat() {
 	ctx, cancel := context.WithTimeout(context.Background(), max(s.cfg.claimIdle/3, time.Second))
 	defer cancel()
 	for sh, w := range work {
-		lost, err := s.refresh(ctx, sh, w.ids, w.idles)
+		lost, _, err := s.refresh(ctx, sh, w.ids, w.idles)
 		if err != nil {
 			s.log.Warn("redisstream: lease refresh failed", "stream", sh.key, "group", s.group, "err", err)
 			continue
@@ -130,10 +130,12 @@ func (s *stream) unpark(d *delivery) bool {
 }
 
 // refresh runs refreshScript for ids of sh (idles nil: plain refresh) and
-// returns the IDs no longer owned by this consumer.
-func (s *stream) refresh(ctx context.Context, sh *shard, ids []string, idles []int64) ([]string, error) {
+// returns the IDs no longer owned by this consumer (lost), and those whose
+// data was gone (trimmed or deleted: Redis dropped them from the pending
+// list as it refreshed them, so they will never be delivered again), which
+// it counts in Stats().Trimmed and logs.
+func (s *stream) refresh(ctx context.Context, sh *shard, ids []string, idles []int64) (lost, gone []string, err error) {
 	const chunk = 256
-	var lost []string
 	for start := 0; start < len(ids); start += chunk {
 		end := min(start+chunk, len(ids))
 		args := make([]any, 0, 2+2*(end-start))
@@ -145,11 +147,40 @@ func (s *stream) refresh(ctx context.Context, sh *shard, ids []string, idles []i
 			}
 			args = append(args, ids[i], idle)
 		}
-		res, err := refreshScript.Run(ctx, s.c, []string{sh.key}, args...).StringSlice()
-		if err != nil {
-			return lost, fmt.Errorf("redisstream: refresh leases of %q on %s: %w", sh.key, s.t.cfg.addr, err)
+		res, err := refreshScript.Run(ctx, s.c, []string{sh.key}, args...).Slice()
+		if err == nil && len(res) != 2 {
+			err = fmt.Errorf("unexpected reply of %d elements", len(res))
 		}
-		lost = append(lost, res...)
+		if err != nil {
+			s.dropped(sh, gone)
+			return lost, gone, fmt.Errorf("redisstream: refresh leases of %q on %s: %w", sh.key, s.t.cfg.addr, err)
+		}
+		lost = appendIDs(lost, res[0])
+		gone = appendIDs(gone, res[1])
 	}
-	return lost, nil
+	s.dropped(sh, gone)
+	return lost, gone, nil
+}
+
+// appendIDs appends the IDs of a script's reply list to ids.
+func appendIDs(ids []string, list any) []string {
+	l, _ := list.([]any)
+	for _, v := range l {
+		if id, ok := v.(string); ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// dropped counts and logs the entries of sh that Redis dropped from the
+// pending list because their data was trimmed or deleted before they were
+// acked.
+func (s *stream) dropped(sh *shard, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	s.t.trimmed.Add(int64(len(ids)))
+	s.log.Warn("redisstream: pending entries were trimmed before they were acked; dropped",
+		"stream", sh.key, "group", s.group, "count", len(ids))
 }

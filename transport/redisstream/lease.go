@@ -178,7 +178,7 @@ func (s *stream) releaseParked(ctx context.Context, sh *shard) {
 	for _, d := range done {
 		s.finish(d)
 	}
-	if _, err := s.refresh(ctx, sh, ids, idles); err != nil {
+	if _, _, err := s.refresh(ctx, sh, ids, idles); err != nil {
 		s.log.Warn("redisstream: releasing nacked entries failed", "stream", sh.key, "err", err)
 	}
 }

@@ -50,9 +50,7 @@ func (s *stream) claimPage(ctx context.Context, sh *shard, cursor string, minIdl
 			}
 		}
 		s.forgetNacked(sh, ids)
-		s.t.trimmed.Add(int64(len(deleted)))
-		s.log.Warn("redisstream: pending entries were trimmed before they were acked; dropped",
-			"stream", sh.key, "group", s.group, "count", len(deleted))
+		s.dropped(sh, ids)
 	}
 	if next == "" {
 		next = "0-0"
@@ -106,9 +104,7 @@ func (s *stream) forgetNacked(sh *shard, ids []string) {
 // dropTrimmed acks entries of this consumer whose data is gone (trimmed
 // or deleted before they were acked): they cannot be delivered.
 func (s *stream) dropTrimmed(ctx context.Context, sh *shard, ids []string) {
-	s.t.trimmed.Add(int64(len(ids)))
-	s.log.Warn("redisstream: pending entries were trimmed before they were acked; dropped",
-		"stream", sh.key, "group", s.group, "count", len(ids))
+	s.dropped(sh, ids)
 	if err := s.c.XAck(ctx, sh.key, s.group, ids...).Err(); err != nil {
 		s.log.Warn("redisstream: XACK of trimmed entries failed", "stream", sh.key, "group", s.group, "err", err)
 	}

@@ -5,28 +5,36 @@ import goredis "github.com/redis/go-redis/v9"
 // refreshScript refreshes the lease on pending entries owned by this
 // consumer: XCLAIM <id> JUSTID to itself, which resets the entry's idle
 // time without counting a delivery. An idle argument other than -1 sets
-// the idle time instead (XCLAIM … IDLE ms), which is how a Nack makes an
-// entry claimable after its delay. The ownership check makes the refresh
-// safe: an entry another member has taken over is left alone and reported.
+// the idle time instead (XCLAIM … IDLE ms JUSTID), which is how a Nack
+// makes an entry claimable after its delay. The ownership check makes the
+// refresh safe: an entry another member has taken over is left alone and
+// reported. An entry whose data was trimmed or deleted is not claimed:
+// Redis (7.0 and later) drops it from the pending list, and it is
+// reported too.
 //
 // KEYS[1] stream; ARGV[1] group, ARGV[2] consumer, then pairs id, idle-ms.
-// Returns the IDs no longer pending for this consumer.
+// Returns {IDs no longer pending for this consumer, IDs dropped as
+// trimmed}.
 var refreshScript = goredis.NewScript(`
-local lost = {}
+local lost, gone = {}, {}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
   if #p == 1 and p[1][2] == ARGV[2] then
+    local c
     if ARGV[i+1] == '-1' then
-      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'JUSTID')
+      c = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'JUSTID')
     else
-      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'IDLE', ARGV[i+1], 'JUSTID')
+      c = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'IDLE', ARGV[i+1], 'JUSTID')
+    end
+    if #c == 0 then
+      gone[#gone+1] = id
     end
   else
     lost[#lost+1] = id
   end
 end
-return lost
+return {lost, gone}
 `)
 
 // claimScript takes over pending entries idle at least min-idle ms

@@ -328,7 +328,7 @@ func (s *stream) shutdown(ctx context.Context) error {
 	s.batches = make(map[*readBatch]struct{})
 	s.mu.Unlock()
 	for sh, w := range work {
-		if _, err := s.refresh(ctx, sh, w.ids, w.idles); err != nil {
+		if _, _, err := s.refresh(ctx, sh, w.ids, w.idles); err != nil {
 			errs = append(errs, err)
 		}
 	}
