@@ -44,6 +44,12 @@ func TestURLOptions(t *testing.T) {
 		"redis://127.0.0.1:6379?mode=auto",
 		"redis://127.0.0.1:6379?maxlen=-1",
 		"redis://127.0.0.1:6379?lease=10ms",
+		"redis://127.0.0.1:6379?timeout=0s",
+		"redis://127.0.0.1:6379?publish_window=0",
+		"redis://127.0.0.1:6379?allow_plaintext_auth=maybe",
+		"rediss://::",   // found by FuzzParseURL: was accepted as the address "[:]:6379"
+		"redis://:6379", // no host
+		"redis://127.0.0.1:0",
 	} {
 		if _, err := transport.Open(context.Background(), u); !errors.Is(err, transport.ErrInvalidOption) {
 			t.Errorf("Open(%s) = %v; want ErrInvalidOption", u, err)

@@ -75,10 +75,15 @@ func parse(rawURL string, opts []Option) (config, error) {
 		return cfg, fmt.Errorf("%w: redisstream: want redis://[user[:password]@]host[:port][/db]", transport.ErrInvalidOption)
 	}
 	if u.Host != "" {
-		cfg.addr = u.Host
-		if u.Port() == "" {
-			cfg.addr = net.JoinHostPort(u.Hostname(), "6379")
+		host, port := u.Hostname(), u.Port()
+		if port == "" {
+			port = "6379"
 		}
+		if n, err := strconv.Atoi(port); host == "" || err != nil || n < 1 || n > 65535 ||
+			(strings.Contains(host, ":") && !strings.HasPrefix(u.Host, "[")) {
+			return cfg, fmt.Errorf("%w: redisstream: %s: want host[:port], an IPv6 address in brackets", transport.ErrInvalidOption, transport.Redact(u))
+		}
+		cfg.addr = net.JoinHostPort(host, port)
 	}
 	if u.User != nil {
 		if pw, ok := u.User.Password(); ok {
