@@ -5,15 +5,20 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	wmredis "github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/redisstream"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
@@ -192,6 +197,251 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 		n, rounded(raws), rounded(fers), rounded(sts), ferRatios)
 }
 
+// benchPayload is the 1 KiB payload of the publish and Watermill
+// benchmarks.
+var benchPayload = func() []byte {
+	p := make([]byte, 1024)
+	for i := range p {
+		p[i] = 'a' + byte(i%26)
+	}
+	return p
+}()
+
+// benchIDs returns n message IDs and their keys (100 keys), made before
+// the timed part.
+func benchIDs(n int) (ids, keys []string) {
+	ids, keys = make([]string, n), make([]string, n)
+	for i := range n {
+		ids[i], keys[i] = fmt.Sprint("b-", i), fmt.Sprintf("k%03d", i%100)
+	}
+	return ids, keys
+}
+
+// rawPipeline is how many XADDs the raw publisher sends per pipeline.
+const rawPipeline = 512
+
+// publishRaw is the baseline of a publisher that keeps order: one
+// goroutine sending go-redis pipelines of rawPipeline XADDs (MAXLEN ~ as
+// Ferry's default, the same fields), each after the previous one's
+// replies, checking every reply.
+func publishRaw(b *testing.B, c *goredis.Client, topic string, ids, keys []string) time.Duration {
+	ctx := context.Background()
+	start := time.Now()
+	for lo := 0; lo < len(ids); lo += rawPipeline {
+		pipe := c.Pipeline()
+		for i := lo; i < min(lo+rawPipeline, len(ids)); i++ {
+			pipe.XAdd(ctx, &goredis.XAddArgs{Stream: topic, MaxLen: 1_000_000, Approx: true,
+				Values: []any{"ferry-id", ids[i], "ferry-key", keys[i], "payload", benchPayload}})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start)
+}
+
+// publishAsync publishes the same messages through Ferry's PublishAsync
+// from one goroutine, then Flush.
+func publishAsync(b *testing.B, tr *redisstream.Transport, topic string, ids, keys []string) time.Duration {
+	ctx := context.Background()
+	var failed atomic.Int64
+	done := func(err error) {
+		if err != nil {
+			failed.Add(1)
+		}
+	}
+	start := time.Now()
+	for i := range ids {
+		m := &handler.Message{ID: ids[i], Key: keys[i], Topic: topic, Payload: benchPayload}
+		if err := tr.PublishAsync(ctx, m, done); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tr.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d publishes failed", n)
+	}
+	return elapsed
+}
+
+// publishBatch publishes the same messages with PublishBatch, 1,000 at a
+// time.
+func publishBatch(b *testing.B, tr *redisstream.Transport, topic string, ids, keys []string) time.Duration {
+	ctx := context.Background()
+	start := time.Now()
+	msgs := make([]*handler.Message, 0, 1000)
+	for lo := 0; lo < len(ids); lo += 1000 {
+		msgs = msgs[:0]
+		for i := lo; i < min(lo+1000, len(ids)); i++ {
+			msgs = append(msgs, &handler.Message{ID: ids[i], Key: keys[i], Topic: topic, Payload: benchPayload})
+		}
+		if err := tr.PublishBatch(ctx, msgs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start)
+}
+
+// BenchmarkPublishVsRaw publishes 1 KiB keyed messages from one goroutine,
+// in order, three ways in the same run: raw go-redis pipelines of 512
+// XADDs (the raw client's best mode that keeps a caller's order), Ferry's
+// PublishAsync (its window, default 1024) then Flush, and PublishBatch of
+// 1,000 at a time. Seven rounds on fresh streams, rotating which goes
+// first; it reports each side's median rate and the median over the
+// rounds of the per-round ratios to raw.
+func BenchmarkPublishVsRaw(b *testing.B) {
+	requireShared(b)
+	const rounds = 7
+	n := max(b.N/rounds, 50000)
+	c := goredis.NewClient(&goredis.Options{Addr: sharedAddr})
+	defer c.Close()
+	tr := open(b, "redis://"+sharedAddr)
+	ids, keys := benchIDs(n)
+	b.SetBytes(1024)
+	var raws, asyncs, batches []float64
+	b.ResetTimer()
+	for r := range rounds {
+		b.StopTimer()
+		topic := uniq(fmt.Sprintf("bench-pub-%d", r))
+		for _, s := range []string{"-raw", "-async", "-batch"} {
+			cleanupKeys(b, sharedAddr, topic+s)
+		}
+		b.StartTimer()
+		runs := []func() time.Duration{
+			func() time.Duration { return publishRaw(b, c, topic+"-raw", ids, keys) },
+			func() time.Duration { return publishAsync(b, tr, topic+"-async", ids, keys) },
+			func() time.Duration { return publishBatch(b, tr, topic+"-batch", ids, keys) },
+		}
+		took := make([]time.Duration, len(runs))
+		for i := range runs {
+			j := (i + r) % len(runs)
+			took[j] = runs[j]()
+		}
+		b.StopTimer()
+		for _, s := range []string{"-raw", "-async", "-batch"} {
+			if l, err := c.XLen(context.Background(), topic+s).Result(); err != nil || l != int64(n) {
+				b.Fatalf("%s holds %d entries (%v), want %d", topic+s, l, err, n)
+			}
+			c.Del(context.Background(), topic+s)
+		}
+		b.StartTimer()
+		raws = append(raws, float64(n)/took[0].Seconds())
+		asyncs = append(asyncs, float64(n)/took[1].Seconds())
+		batches = append(batches, float64(n)/took[2].Seconds())
+	}
+	b.StopTimer()
+	ar, br := make([]float64, rounds), make([]float64, rounds)
+	for i := range raws {
+		ar[i], br[i] = asyncs[i]/raws[i], batches[i]/raws[i]
+	}
+	b.ReportMetric(median(raws), "raw-msgs/s")
+	b.ReportMetric(median(asyncs), "async-msgs/s")
+	b.ReportMetric(median(ar), "async/raw")
+	b.ReportMetric(median(br), "batch/raw")
+	b.Logf("rounds of %d messages: raw %v msg/s, PublishAsync %v (ratios %.2f), PublishBatch %v (ratios %.2f)",
+		n, rounded(raws), rounded(asyncs), ar, rounded(batches), br)
+}
+
+// fillWatermill writes n messages of 1 KiB to topic in
+// watermill-redisstream's format (its default marshaller), untimed.
+func fillWatermill(b *testing.B, c *goredis.Client, topic string, n int) {
+	ctx := context.Background()
+	var ms wmredis.DefaultMarshallerUnmarshaller
+	for lo := 0; lo < n; lo += 1000 {
+		pipe := c.Pipeline()
+		for i := lo; i < min(lo+1000, n); i++ {
+			values, err := ms.Marshal(topic, message.NewMessage(fmt.Sprint("b-", i), benchPayload))
+			if err != nil {
+				b.Fatal(err)
+			}
+			pipe.XAdd(ctx, &goredis.XAddArgs{Stream: topic, Values: values})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// consumeWatermill consumes topic with watermill-redisstream's subscriber
+// at its defaults (its best: it reads one entry per XREADGROUP), acking
+// each message as it touches its payload, timed from the moment Subscribe
+// returned (the group made, the reader started).
+func consumeWatermill(b *testing.B, topic string, n int) time.Duration {
+	sub, err := wmredis.NewSubscriber(wmredis.SubscriberConfig{
+		Client: goredis.NewClient(&goredis.Options{Addr: sharedAddr}), ConsumerGroup: "watermill",
+	}, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	msgs, err := sub.Subscribe(context.Background(), topic)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	sink := 0
+	for range n {
+		select {
+		case m := <-msgs:
+			sink += len(m.Payload)
+			m.Ack()
+		case <-time.After(time.Minute):
+			b.Fatal("watermill-redisstream stalled")
+		}
+	}
+	_ = sink
+	return time.Since(start)
+}
+
+// BenchmarkConsumeVsWatermill consumes pre-filled streams of 1 KiB
+// messages with a Ferry Router over this transport (default URL) and with
+// watermill-redisstream's subscriber, in the same run: five rounds, each
+// on fresh streams of the same records in each one's format, alternating
+// which goes first. It reports the median over the rounds of the
+// per-round ratios (ferry/watermill; the bar is 2).
+func BenchmarkConsumeVsWatermill(b *testing.B) {
+	requireShared(b)
+	const rounds = 5
+	n := max(b.N/rounds, 20000)
+	c := goredis.NewClient(&goredis.Options{Addr: sharedAddr})
+	defer c.Close()
+	b.SetBytes(1024)
+	var fers, wms []float64
+	b.ResetTimer()
+	for r := range rounds {
+		b.StopTimer()
+		topic := uniq(fmt.Sprintf("bench-vs-wm-%d", r))
+		cleanupKeys(b, sharedAddr, topic)
+		cleanupKeys(b, sharedAddr, topic+"-wm")
+		fillStream(b, c, topic, n)
+		fillWatermill(b, c, topic+"-wm", n)
+		b.StartTimer()
+		var fer, wm time.Duration
+		if r%2 == 0 {
+			fer = consumeFerry(b, topic, n)
+			wm = consumeWatermill(b, topic+"-wm", n)
+		} else {
+			wm = consumeWatermill(b, topic+"-wm", n)
+			fer = consumeFerry(b, topic, n)
+		}
+		fers = append(fers, float64(n)/fer.Seconds())
+		wms = append(wms, float64(n)/wm.Seconds())
+	}
+	b.StopTimer()
+	ratios := make([]float64, rounds)
+	for i := range fers {
+		ratios[i] = fers[i] / wms[i]
+	}
+	b.ReportMetric(median(fers), "ferry-msgs/s")
+	b.ReportMetric(median(wms), "watermill-msgs/s")
+	b.ReportMetric(median(ratios), "ferry/watermill")
+	b.Logf("rounds of %d messages: ferry %v msg/s, watermill-redisstream %v msg/s; ferry/watermill %.2f",
+		n, rounded(fers), rounded(wms), ratios)
+}
+
 func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
@@ -204,4 +454,60 @@ func rounded(xs []float64) []int {
 		out[i] = int(x)
 	}
 	return out
+}
+
+// BenchmarkPublishAppendfsync measures what Redis's durability setting
+// costs a publisher: PublishAsync of 1 KiB messages from one goroutine to
+// a private redis-server (its files on the test's temporary directory),
+// with no AOF and with appendfsync no, everysec and always, set with
+// CONFIG SET between runs. Five rounds, rotating the order; it reports
+// each setting's median rate and its median ratio to no AOF.
+func BenchmarkPublishAppendfsync(b *testing.B) {
+	srv := startPrivateRedis(b)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.addr()})
+	defer c.Close()
+	tr := open(b, "redis://"+srv.addr())
+	const rounds = 5
+	n := max(b.N/rounds, 20000)
+	ids, keys := benchIDs(n)
+	settings := [][2]string{{"no", "no"}, {"yes", "no"}, {"yes", "everysec"}, {"yes", "always"}}
+	names := []string{"no-aof", "aof-no", "aof-everysec", "aof-always"}
+	rates := make([][]float64, len(settings))
+	ctx := context.Background()
+	b.SetBytes(1024)
+	b.ResetTimer()
+	for r := range rounds {
+		for i := range settings {
+			j := (i + r) % len(settings)
+			b.StopTimer()
+			if err := c.ConfigSet(ctx, "appendonly", settings[j][0]).Err(); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.ConfigSet(ctx, "appendfsync", settings[j][1]).Err(); err != nil {
+				b.Fatal(err)
+			}
+			for c.Info(ctx, "persistence").Val() != "" && strings.Contains(c.Info(ctx, "persistence").Val(), "aof_rewrite_in_progress:1") {
+				time.Sleep(10 * time.Millisecond) // turning AOF on rewrites it first
+			}
+			topic := uniq("bench-fsync")
+			b.StartTimer()
+			took := publishAsync(b, tr, topic, ids, keys)
+			b.StopTimer()
+			c.Del(ctx, topic)
+			b.StartTimer()
+			rates[j] = append(rates[j], float64(n)/took.Seconds())
+		}
+	}
+	b.StopTimer()
+	for j, name := range names {
+		ratios := make([]float64, rounds)
+		for r := range ratios {
+			ratios[r] = rates[j][r] / rates[0][r]
+		}
+		b.ReportMetric(median(rates[j]), name+"-msgs/s")
+		if j > 0 {
+			b.ReportMetric(median(ratios), name+"/no-aof")
+		}
+		b.Logf("%s: %v msg/s", name, rounded(rates[j]))
+	}
 }

@@ -25,10 +25,18 @@
 // redis://[[user]:password@]host[:port][/db] and rediss://… for TLS
 // ([Scheme], [SchemeTLS]). The user info is AUTH (an ACL user when a user
 // name is given, a password alone otherwise; [Credentials] in code); the
-// path is the database number. Query keys, each one [Option]:
+// path is the database number. Credentials are sent over TLS only: on
+// redis:// [New] refuses them unless allow_plaintext_auth=true
+// ([AllowPlaintextAuth]). Redis refusing them is an error wrapping
+// [ErrAuth]. Query keys, each one [Option]:
 //
 //   - pool_size ([PoolSize]), client_name ([ClientName]), skip_verify
-//     ([SkipVerify]; rediss only, test servers only).
+//     ([SkipVerify]; rediss only, test servers only),
+//     allow_plaintext_auth ([AllowPlaintextAuth]).
+//   - timeout ([Timeout]): the deadline of each exchange with Redis (dial,
+//     TLS handshake, a command's write and reply); default 5s.
+//   - publish_window ([PublishWindow]): publishes accepted and unconfirmed
+//     at once; default 1024.
 //   - max_payload ([MaxPayload]): largest payload in bytes; default 512 MiB.
 //   - maxlen ([MaxLen]): XADD MAXLEN ~ n on every publish; default
 //     1,000,000; 0 turns trimming off. retention ([Retention]): XADD
@@ -49,11 +57,15 @@
 // # Delivery semantics
 //
 // Publish is XADD with MAXLEN ~ (or MINID ~) trimming and returns when
-// Redis replied. A Redis error reply is a plain failure; a lost connection
-// or timeout after the command left is [transport.ErrUnknownOutcome].
-// Publishes coalesce: the XADDs of concurrent Publish calls and of a
-// PublishBatch share pipelined round trips (up to 512 XADDs each), in the
-// order of the calls. On a sharded topic a
+// Redis replied. An XADD is sent once, never retried: a Redis error reply
+// or a connection that could not be made is a plain failure; a lost
+// connection or timeout after the command left is
+// [transport.ErrUnknownOutcome]. Publishes coalesce: the XADDs of
+// concurrent Publish calls, of [Transport.PublishAsync] (a window of
+// publish_window messages in flight from one caller, each with its own
+// result) and of a PublishBatch share pipelined round trips (up to 512
+// XADDs each, one pipeline at a time), in the order accepted. On a
+// sharded topic a
 // keyed message goes to stream FNV-1a(key) mod n ([ShardOf]); a keyless
 // one round-robins.
 //
@@ -108,8 +120,10 @@
 // moved to the subscription's DLQ ([Transport.DLQName]: the group and
 // ".dlq", or [DeadLetter]) with the dead-letter record of
 // [transport.NewDeadLetter], and acked, in one MULTI (Semantics.NativeDLQ).
-// Pending entries whose data was trimmed are dropped and counted in
-// [Transport.Stats].
+// Pending entries whose data was trimmed are dropped, counted in
+// [Transport.Stats] and logged. If a stream and its group vanish (Redis
+// restarted without its data), the consumer creates the group again from
+// the stream's start.
 //
 // Close: closing a stream, or the [Transport] (which closes its streams),
 // makes a Receive waiting on it, and every later one, return an error

@@ -34,7 +34,7 @@ var ErrLeaseLost = fmt.Errorf("redisstream: entry no longer owned by this consum
 
 // Transport is a connection to one Redis server that publishes to and
 // subscribes on streams. It implements [transport.Transport],
-// [transport.Declarer], [transport.BatchPublisher],
+// [transport.Declarer], [transport.BatchPublisher], [transport.AsyncPublisher],
 // [transport.DeadLetters], [transport.DLQNamer] and
 // [transport.LagReporter]. All methods may be called concurrently.
 type Transport struct {
