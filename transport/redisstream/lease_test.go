@@ -3,6 +3,8 @@ package redisstream_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -230,4 +232,62 @@ func TestGroupRecreated(t *testing.T) {
 		t.Error("the NOGROUP read was never reported")
 	}
 	nothingWithin(t, st, 500*time.Millisecond, "every entry was acked")
+}
+
+// TestHandoverWaitsForInFlight: a member hands a stream over only once
+// nothing of it is in flight. A holds an entry unacked when B joins and
+// the stream is assigned to B (its name sorts first): B receives nothing
+// while A still holds it, across several lease ticks; once A acks, B takes
+// the stream over and receives the rest, in order, and the held entry
+// never again. Redis's kin of Kafka's "commit past unfinished work".
+func TestHandoverWaitsForInFlight(t *testing.T) {
+	requireShared(t)
+	topic := uniq("inflight")
+	cleanupKeys(t, sharedAddr, topic)
+	url := "redis://" + sharedAddr + "?" + fast
+	ctx := context.Background()
+	pub := open(t, url)
+	stA, err := open(t, url).Subscribe(ctx, transport.Subscription{Topic: topic, Group: "g", Consumer: "member-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := pub.Publish(ctx, &handler.Message{ID: "m-" + strconv.Itoa(i), Key: "k", Topic: topic, Payload: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := receiveWithin(t, stA, 5*time.Second)
+	if held.Message().ID != "m-0" {
+		t.Fatalf("A received %q first", held.Message().ID)
+	}
+	stB, err := open(t, url).Subscribe(ctx, transport.Subscription{Topic: topic, Group: "g", Consumer: "member-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nothingWithin(t, stB, 1500*time.Millisecond, "A still holds m-0 unacked: the stream must not change hands")
+	if err := held.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A may still hand out what it had read ahead before it lets go; B
+	// takes the rest. Together: m-1 … m-4 once each, in order.
+	var got []string
+	collect := func(st transport.Stream, d time.Duration) {
+		for len(got) < 4 {
+			c, cancel := context.WithTimeout(ctx, d)
+			del, err := st.Receive(c)
+			cancel()
+			if err != nil {
+				return
+			}
+			got = append(got, del.Message().ID)
+			if err := del.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	collect(stA, 300*time.Millisecond)
+	collect(stB, 3*time.Second)
+	if strings.Join(got, " ") != "m-1 m-2 m-3 m-4" {
+		t.Errorf("after the handover: %v; want m-1 m-2 m-3 m-4, each once, in order", got)
+	}
 }
