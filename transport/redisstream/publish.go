@@ -71,6 +71,7 @@ type pubItem struct {
 	topic string
 	args  *goredis.XAddArgs
 	size  int
+	done  func(error) // PublishAsync's; nil for Publish, which Add answers
 }
 
 // newPublisher returns the batcher of t's XADDs, with PublishWindow
@@ -81,8 +82,27 @@ func (t *Transport) newPublisher() (*batch.Batcher[pubItem], error) {
 		func(it pubItem) int { return it.size }, t.xadd)
 }
 
-// xadd is the batcher's handler: the XADDs of items in one pipeline.
+// xadd is the batcher's handler: the XADDs of items in one pipeline. It
+// gives PublishAsync's items their results itself (they are submitted
+// without a batcher callback, which would cost a closure per message),
+// and returns every result for Add's callers.
 func (t *Transport) xadd(ctx context.Context, items []pubItem) []error {
+	errs := t.send(ctx, items)
+	for i := range items {
+		if done := items[i].done; done != nil {
+			var err error
+			if errs != nil {
+				err = errs[i]
+			}
+			done(err)
+		}
+	}
+	return errs
+}
+
+// send sends the XADDs of items, in one pipeline when there are several,
+// and returns their errors (nil when all succeeded).
+func (t *Transport) send(ctx context.Context, items []pubItem) []error {
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	if len(items) == 1 {
@@ -213,7 +233,8 @@ func (t *Transport) PublishAsync(ctx context.Context, m *handler.Message, done f
 
 // submit hands a built item to the window.
 func (t *Transport) submit(ctx context.Context, it pubItem, done func(error)) error {
-	err := t.pub.Submit(ctx, it, func(err error) { done(t.batchErr(it.topic, err)) })
+	it.done = done // called by xadd: every item submitted reaches it
+	err := t.pub.Submit(ctx, it, nil)
 	switch {
 	case err == nil:
 		return nil
