@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/fauxqs"
 	"github.com/ferrymq/ferry/internal/testcerts"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/redisstream"
@@ -240,38 +240,6 @@ func TestPlaintextAuth(t *testing.T) {
 	})
 }
 
-// silentListener accepts TCP connections and never answers, until tb
-// ends.
-func silentListener(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	tb.Cleanup(func() {
-		_ = l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return l.Addr().String()
-}
-
 // TestConnectDeadlines (issue 17 item 7): New against a server that
 // accepts TCP and never answers, and rediss:// against a plaintext Redis
 // port, return within the Timeout (a few at most) with an error that says
@@ -279,7 +247,7 @@ func silentListener(tb testing.TB) string {
 // seconds for "context deadline exceeded".
 func TestConnectDeadlines(t *testing.T) {
 	requireShared(t)
-	silent := silentListener(t)
+	silent := fauxqs.Silent(t)
 	for _, c := range []struct {
 		name, url string
 		within    time.Duration
