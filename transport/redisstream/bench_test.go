@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -290,8 +291,9 @@ func publishBatch(b *testing.B, tr *redisstream.Transport, topic string, ids, ke
 // XADDs (the raw client's best mode that keeps a caller's order), Ferry's
 // PublishAsync (its window, default 1024) then Flush, and PublishBatch of
 // 1,000 at a time. Seven rounds on fresh streams, rotating which goes
-// first; it reports each side's median rate and the median over the
-// rounds of the per-round ratios to raw.
+// first; it reports each side's median rate, the median over the rounds
+// of the per-round ratios to raw, and the client CPU time (the process's,
+// user and system) per message of raw and PublishAsync.
 func BenchmarkPublishVsRaw(b *testing.B) {
 	requireShared(b)
 	const rounds = 7
@@ -301,7 +303,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 	tr := open(b, "redis://"+sharedAddr)
 	ids, keys := benchIDs(n)
 	b.SetBytes(1024)
-	var raws, asyncs, batches []float64
+	var raws, asyncs, batches, rawCPU, asyncCPU []float64
 	b.ResetTimer()
 	for r := range rounds {
 		b.StopTimer()
@@ -315,10 +317,12 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 			func() time.Duration { return publishAsync(b, tr, topic+"-async", ids, keys) },
 			func() time.Duration { return publishBatch(b, tr, topic+"-batch", ids, keys) },
 		}
-		took := make([]time.Duration, len(runs))
+		took, cpu := make([]time.Duration, len(runs)), make([]time.Duration, len(runs))
 		for i := range runs {
 			j := (i + r) % len(runs)
+			c0 := cpuTime()
 			took[j] = runs[j]()
+			cpu[j] = cpuTime() - c0
 		}
 		b.StopTimer()
 		for _, s := range []string{"-raw", "-async", "-batch"} {
@@ -328,6 +332,8 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 			c.Del(context.Background(), topic+s)
 		}
 		b.StartTimer()
+		rawCPU = append(rawCPU, float64(cpu[0].Microseconds())/float64(n))
+		asyncCPU = append(asyncCPU, float64(cpu[1].Microseconds())/float64(n))
 		raws = append(raws, float64(n)/took[0].Seconds())
 		asyncs = append(asyncs, float64(n)/took[1].Seconds())
 		batches = append(batches, float64(n)/took[2].Seconds())
@@ -341,8 +347,17 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 	b.ReportMetric(median(asyncs), "async-msgs/s")
 	b.ReportMetric(median(ar), "async/raw")
 	b.ReportMetric(median(br), "batch/raw")
+	b.ReportMetric(median(rawCPU), "raw-cpu-µs/msg")
+	b.ReportMetric(median(asyncCPU), "async-cpu-µs/msg")
 	b.Logf("rounds of %d messages: raw %v msg/s, PublishAsync %v (ratios %.2f), PublishBatch %v (ratios %.2f)",
 		n, rounded(raws), rounded(asyncs), ar, rounded(batches), br)
+}
+
+// cpuTime is the CPU time the process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // fillWatermill writes n messages of 1 KiB to topic in
