@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
@@ -49,4 +50,34 @@ func ExampleNew() {
 	defer t.Close(ctx)
 	sem, _ := t.Declare(transport.Subscription{Topic: "orders", Group: "inventory"})
 	fmt.Println("ordering:", sem.Ordering)
+}
+
+// ExampleTransport_PublishAsync publishes a burst of readings from one
+// goroutine through the transport's publish window: up to publish_window
+// XADDs in flight, pipelined, written in the order handed over, each with
+// its own result. It needs a Redis server, so it is compiled but not run.
+func ExampleTransport_PublishAsync() {
+	ctx := context.Background()
+	t, err := redisstream.New(ctx, "redis://127.0.0.1:6379/0?publish_window=4096")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close(ctx)
+
+	var failed atomic.Int64
+	for i := range 10000 {
+		m := &handler.Message{ID: fmt.Sprint("reading-", i), Key: "sensor-3", Topic: "readings", Payload: []byte("21.5")}
+		err := t.PublishAsync(ctx, m, func(err error) {
+			if err != nil {
+				failed.Add(1) // publish it again with the same ID
+			}
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := t.Flush(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("failed:", failed.Load())
 }
