@@ -167,13 +167,16 @@ func newCases() []leakCase {
 			_, e1 := redisstream.New(ctx, "redis://"+user+":"+pass+"@127.0.0.1:6379/0?token="+token, log)
 			_, e2 := redisstream.New(ctx, "redis://"+user+":"+pass+"@127.0.0.1:6379/0?count="+value, log)
 			var e3, e4 error
-			if tr, err := redisstream.New(ctx, "redis://"+user+":"+pass+"@127.0.0.1:6379/0?client_name="+token, log); err != nil {
+			// Without allow_plaintext_auth, credentials over redis:// are
+			// refused before any connection (e1, e2); with it, the broker
+			// refuses them (e3) or the dial fails (e4).
+			if tr, err := redisstream.New(ctx, "redis://"+user+":"+pass+"@127.0.0.1:6379/0?allow_plaintext_auth=true&client_name="+token, log); err != nil {
 				e3 = err // wrong credentials, found at New
 			} else {
 				e3 = tr.Publish(ctx, &handler.Message{ID: "a", Topic: transporttest.UniqueName(t, "leak"), Payload: []byte("x")})
 				_ = tr.Close(ctx)
 			}
-			if tr, err := redisstream.New(ctx, "redis://"+user+":"+pass+"@"+refused(t)+"/0", log); err != nil {
+			if tr, err := redisstream.New(ctx, "redis://"+user+":"+pass+"@"+refused(t)+"/0?allow_plaintext_auth=true", log); err != nil {
 				e4 = err
 			} else {
 				e4 = tr.Publish(ctx, &handler.Message{ID: "a", Topic: "t", Payload: []byte("x")})

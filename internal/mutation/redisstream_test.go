@@ -31,7 +31,7 @@ const (
 	redisNack = "^TestNackLongerThanClaimIdle$/^Held$"
 )
 
-func redis(tb testing.TB) { transporttest.RequireBroker(tb, "redis", "127.0.0.1:6379") }
+func redisUp(tb testing.TB) { transporttest.RequireBroker(tb, "redis", "127.0.0.1:6379") }
 
 func init() {
 	register("redisstream", []Mutant{
@@ -43,7 +43,7 @@ func init() {
 				"\tfor j := range b.ds {\n\t\t_ = s.acks.queue(ctx, b.ds[j].sh, b.ds[j].id)\n\t}\n",
 			Run:      redisSuite,
 			Want:     "not redelivered to the next consumer",
-			Requires: redis,
+			Requires: redisUp,
 		},
 		{
 			Name: "ack-all", // one Ack acks every entry read with it
@@ -53,7 +53,7 @@ func init() {
 				"\tif err := s.acks.queue(ctx, d.sh, d.id); err != nil {\n",
 			Run:      redisSuite,
 			Want:     "not redelivered to the next consumer",
-			Requires: redis,
+			Requires: redisUp,
 		},
 		{
 			Name: "no-reclaim", // entries whose lease ran out (Nacked, or a dead member's) are never taken over
@@ -62,7 +62,7 @@ func init() {
 			Replace:  "\t\t\tif err := error(nil); err != nil {",
 			Run:      redisNack,
 			Want:     "nothing received within",
-			Requires: redis,
+			Requires: redisUp,
 		},
 		{
 			Name: "handover-in-flight", // a member gives a stream up with deliveries of it still unsettled
@@ -72,7 +72,7 @@ func init() {
 			More:     []Edit{{File: "transport/redisstream/lease.go", Find: "\tif sh.active.Load() > 0 || s.closed.Load() {", Replace: "\tif s.closed.Load() {"}},
 			Run:      "^TestHandoverWaitsForInFlight$",
 			Want:     "the stream must not change hands",
-			Requires: redis,
+			Requires: redisUp,
 		},
 		{
 			Name: "extend-noop", // Extend returns nil and refreshes nothing
@@ -81,7 +81,7 @@ func init() {
 			Replace:  "func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {\n\ts := d.s\n\tif s != nil {\n\t\treturn nil\n\t}\n",
 			Run:      "^TestMaxExtend$/^ExtendBeyond$",
 			Want:     "Extend(2s) must hold the entry beyond max_extend",
-			Requires: redis,
+			Requires: redisUp,
 		},
 		{
 			Name: "wrong-attempt", // a taken-over entry is delivered as attempt 1, whatever its PEL count
@@ -90,7 +90,7 @@ func init() {
 			Replace:  "\t\t\tif n, ok := counts[i].(int64); ok {\n\t\t\t\tattempt = int(n) / int(n)",
 			Run:      redisNack,
 			Want:     "want later, attempt 2",
-			Requires: redis,
+			Requires: redisUp,
 		},
 		{
 			Name: "dropped-headers", // fields other than the ID, Key and payload are not read back
@@ -99,7 +99,7 @@ func init() {
 			Replace:  "",
 			Run:      redisSuite,
 			Want:     "--- FAIL: TestConformance/Default/Headers",
-			Requires: redis,
+			Requires: redisUp,
 		},
 		{
 			Name: "no-reread", // after a lost XREADGROUP reply, newer entries are read before the consumer's own pending ones (issue 17 item 8)
@@ -108,7 +108,7 @@ func init() {
 			Replace:  "\tif s.reread && false {\n",
 			Run:      "^TestLostReadReplyKeepsOrder$",
 			Want:     "handled in the order",
-			Requires: redis,
+			Requires: redisUp,
 		},
 		{
 			Name: "plaintext-auth", // credentials go over redis:// without the opt-in (issue 17 item 6)
@@ -117,7 +117,7 @@ func init() {
 			Replace:  "(cfg.username != \"\" || cfg.password != \"\") && !cfg.plaintextAuth && false {",
 			Run:      "^TestPlaintextAuth$",
 			Want:     "want ErrInvalidOption naming allow_plaintext_auth",
-			Requires: redis,
+			Requires: redisUp,
 		},
 		{
 			Name: "publish-retried", // an XADD whose reply was lost is sent again: a second entry, and the caller told it succeeded
@@ -126,7 +126,7 @@ func init() {
 			Replace:  "\t\tif err := t.c.XAdd(ctx, items[0].args).Err(); err != nil {",
 			Run:      "^TestPublishOutage$/^LostReply$",
 			Want:     "written once, not sent again",
-			Requires: redis,
+			Requires: redisUp,
 		},
 	})
 }

@@ -55,14 +55,13 @@ type dialError struct {
 }
 
 func (e *dialError) Error() string {
-	step := "dial"
-	if e.tls {
-		step = "TLS handshake with"
+	if !e.tls {
+		return e.err.Error() // net's: "dial tcp <addr>: …"
 	}
 	if e.hint != "" {
-		return fmt.Sprintf("%s %s: %s: %v", step, e.addr, e.hint, e.err)
+		return fmt.Sprintf("TLS handshake with %s: %s: %v", e.addr, e.hint, e.err)
 	}
-	return fmt.Sprintf("%s %s: %v", step, e.addr, e.err)
+	return fmt.Sprintf("TLS handshake with %s: %v", e.addr, e.err)
 }
 
 func (e *dialError) Unwrap() error { return e.err }

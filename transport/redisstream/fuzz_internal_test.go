@@ -189,7 +189,7 @@ func FuzzWire(f *testing.F) {
 			t.Fatalf("encode with headers %q: %v (a reserved name: %v)", slicesOf(m.Headers), err, reserved)
 		}
 		if err != nil {
-			if !errors.Is(err, transport.ErrInvalidOption) && !strings.Contains(err.Error(), "reserved") {
+			if !errors.Is(err, transport.ErrInvalidMessage) || !strings.Contains(err.Error(), "reserved") {
 				t.Fatalf("encode refusal %v does not say why", err)
 			}
 			return
