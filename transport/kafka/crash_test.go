@@ -31,14 +31,29 @@ const (
 	envCrashLog     = "FERRY_KAFKA_CRASH_LOG"
 )
 
+// crashHeld is the offset, in every partition, that the killed consumer
+// never finishes: it holds it until it is killed, across many commit
+// intervals, while the later offsets of the partition (other keys) finish.
+// A transport that committed the highest finished offset instead of the
+// contiguous finished prefix would commit past it, which checkCommitted
+// catches (issue 18 item 2: without the held message, every message
+// finished within milliseconds of each commit and that bug passed).
+const crashHeld = 50
+
 // crashHandler appends "partition offset" to log once the message's effect
 // is done, then returns nil, so the log holds a superset of what was acked.
 // Random 0-3ms sleeps make messages of one partition finish out of order.
-func crashHandler(log *os.File) handler.Handler {
+// With hold, the message at offset crashHeld of each partition never
+// finishes.
+func crashHandler(log *os.File, hold bool) handler.Handler {
 	var mu sync.Mutex
-	return handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
-		time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+	return handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 		f := m.Facts()
+		if hold && f.Offset == crashHeld {
+			<-ctx.Done() // until the process is killed
+			return ctx.Err()
+		}
+		time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
 		mu.Lock()
 		defer mu.Unlock()
 		_, err := fmt.Fprintf(log, "%d %d\n", f.Partition, f.Offset)
@@ -58,7 +73,7 @@ func TestCrashChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := open(t, strings.Split(addrs, ","))
-	runRouter(t, tr, transport.Subscription{Topic: crashTopic, Group: crashGroup, StartAtOldest: true}, crashHandler(log), ferry.Concurrency(8))
+	runRouter(t, tr, transport.Subscription{Topic: crashTopic, Group: crashGroup, StartAtOldest: true}, crashHandler(log, true), ferry.Concurrency(8))
 	select {} // until killed
 }
 
@@ -108,7 +123,10 @@ func TestCrash(t *testing.T) {
 					moved++
 				}
 			}
-			if n >= crashMessages/3 && moved == crashPartitions {
+			// Wait until every partition has committed and well over
+			// a partition's worth of later offsets finished past the
+			// held ones, over many commit intervals.
+			if n >= crashMessages/2 && moved == crashPartitions {
 				break
 			}
 		}
@@ -125,6 +143,11 @@ func TestCrash(t *testing.T) {
 	committed := checkCommitted(t, addrs, logPath)
 	before := readHandled(t, logPath)
 	t.Logf("killed after %d handled; committed %v; %d in-flight checks", len(before), committed, checks)
+	for p, o := range committed {
+		if o > crashHeld {
+			t.Fatalf("partition %d committed at %d past its held offset %d", p, o, crashHeld)
+		}
+	}
 
 	// A second consumer in the same group takes over.
 	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0o644)
@@ -132,7 +155,7 @@ func TestCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	runRouter(t, tr, transport.Subscription{Topic: crashTopic, Group: crashGroup}, crashHandler(log), ferry.Concurrency(32))
+	runRouter(t, tr, transport.Subscription{Topic: crashTopic, Group: crashGroup}, crashHandler(log, false), ferry.Concurrency(32))
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		handled := readHandled(t, logPath)
