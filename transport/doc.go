@@ -50,6 +50,11 @@
 //     every package; the default is slog.Default().
 //   - Subscription.Options are read with [OptionsQuery], under the same
 //     rule as URL keys.
+//   - Security is spelled one way: TLS files with the keys tls_ca,
+//     tls_cert and tls_key ([Query.TLSFiles], read into a tls.Config by
+//     [TLSFiles.Config]), tls_insecure to skip the certificate check of a
+//     test broker, and credentials over a connection without TLS refused
+//     unless the URL says allow_plaintext_auth=true.
 //   - Files follow the goroutines: options.go and url.go for configuration,
 //     one file for the publish path, one per receive or settle loop, dlq.go
 //     for [DeadLetters], lag.go for [LagReporter].

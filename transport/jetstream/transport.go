@@ -3,7 +3,6 @@ package jetstream
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -199,24 +198,10 @@ func (t *Transport) tlsConfig() (*tls.Config, error) {
 	cfg := t.cfg
 	tc := cfg.tls
 	if tc == nil {
-		tc = &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.tlsCA != "" {
-			pem, err := os.ReadFile(cfg.tlsCA)
-			if err != nil {
-				return nil, fmt.Errorf("%w: jetstream: tls_ca: %w", transport.ErrInvalidOption, err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("%w: jetstream: tls_ca: no PEM certificate in the file", transport.ErrInvalidOption)
-			}
-			tc.RootCAs = pool
-		}
-		if cfg.tlsCert != "" {
-			cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
-			if err != nil {
-				return nil, fmt.Errorf("%w: jetstream: tls_cert and tls_key: %w", transport.ErrInvalidOption, err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
+		var err error
+		tc, err = transport.TLSFiles{CA: cfg.tlsCA, Cert: cfg.tlsCert, Key: cfg.tlsKey}.Config()
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: %w", err)
 		}
 	}
 	if tc.ServerName == "" {

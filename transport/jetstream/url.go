@@ -20,9 +20,6 @@ const (
 	keyMaxPayload   = "max_payload"
 	keyNKeySeedFile = "nkey_seed_file"
 	keyTLS          = "tls"
-	keyTLSCA        = "tls_ca"
-	keyTLSCert      = "tls_cert"
-	keyTLSKey       = "tls_key"
 	keyStream       = "stream"
 	keyCreate       = "create"
 	keyStorage      = "storage"
@@ -105,22 +102,10 @@ func parse(rawURL string, opts []Option) (config, error) {
 	if b, ok := q.Bool(keyTLS); ok {
 		fromURL = append(fromURL, optionFunc(func(c *config) { c.useTLS = c.useTLS || b }))
 	}
-	files := []struct {
-		key   string
-		field func(*config) *string
-	}{
-		{keyTLSCA, func(c *config) *string { return &c.tlsCA }},
-		{keyTLSCert, func(c *config) *string { return &c.tlsCert }},
-		{keyTLSKey, func(c *config) *string { return &c.tlsKey }},
-	}
-	for _, f := range files {
-		if s, ok := q.String(f.key); ok {
-			if s == "" {
-				q.Fail(f.key, "want a file path")
-				continue
-			}
-			fromURL = append(fromURL, optionFunc(func(c *config) { *f.field(c) = s; c.useTLS = true }))
-		}
+	if f := q.TLSFiles(); f.Any() { // tls_ca, tls_cert and tls_key, as on every transport
+		fromURL = append(fromURL, optionFunc(func(c *config) {
+			c.tlsCA, c.tlsCert, c.tlsKey, c.useTLS = f.CA, f.Cert, f.Key, true
+		}))
 	}
 	if s, ok := q.String(keyStream); ok {
 		fromURL = append(fromURL, Stream(s))

@@ -50,7 +50,7 @@ func TestTLSAndPassword(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		tlsURL := func(user, ca string) string {
-			return "mqtts://" + user + "@" + b.addr() + "?connect_timeout=3s&ca=" + p(ca)
+			return "mqtts://" + user + "@" + b.addr() + "?connect_timeout=3s&tls_ca=" + p(ca)
 		}
 		tr, err := mqtt.New(ctx, tlsURL("edge:s3cret-pw", "ca.pem"), proto.opt(), mqtt.RemoveSessionsOnClose())
 		if err != nil {
@@ -83,7 +83,7 @@ func TestTLSAndPassword(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "wrong-pw") {
 			t.Errorf("the error shows the password: %v", err)
 		}
-		_, err = mqtt.New(ctx, "mqtts://"+b.addr()+"?connect_timeout=3s&ca="+p("ca.pem"), proto.opt())
+		_, err = mqtt.New(ctx, "mqtts://"+b.addr()+"?connect_timeout=3s&tls_ca="+p("ca.pem"), proto.opt())
 		if !errors.Is(err, mqtt.ErrNotAuthorized) {
 			t.Errorf("no credentials: New = %v; want ErrNotAuthorized", err)
 		}

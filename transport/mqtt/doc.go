@@ -46,7 +46,8 @@
 //     [ConnectTimeout] (default 10s); call_timeout: [CallTimeout] (default
 //     30s); reconnect_max: [MaxReconnectInterval] (default 10s)
 //   - window: [AsyncWindow] (default 256)
-//   - ca, cert and key_file: PEM files for TLS ([CAFile], [ClientCert])
+//   - tls_ca, tls_cert and tls_key: PEM files for TLS ([CAFile], [ClientCert]),
+//     spelled as on every transport
 //   - allow_plaintext_auth=true: [AllowPlaintextAuth]
 //   - retain=true: publish retained ([Retain]; default false)
 //   - max_payload: [MaxPayload] in bytes (default 1048576)

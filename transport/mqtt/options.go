@@ -2,10 +2,8 @@ package mqtt
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -209,27 +207,10 @@ func (c *config) validate() {
 	if c.err != nil || c.tls != nil || (c.caFile == "" && c.certFile == "") {
 		return
 	}
-	t := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c.caFile != "" {
-		pem, err := os.ReadFile(c.caFile)
-		if err != nil {
-			c.fail("CAFile: %v", err)
-			return
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			c.fail("CAFile %s: no PEM certificate found", c.caFile)
-			return
-		}
-		t.RootCAs = pool
-	}
-	if c.certFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
-		if err != nil {
-			c.fail("ClientCert: %v", err)
-			return
-		}
-		t.Certificates = []tls.Certificate{cert}
+	t, err := transport.TLSFiles{CA: c.caFile, Cert: c.certFile, Key: c.keyFile}.Config()
+	if err != nil {
+		c.err = fmt.Errorf("mqtt: %w", err)
+		return
 	}
 	c.tls = t
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/ferrymq/ferry/transport/mqtt"
 )
 
-// TestTLS: over mqtts:// with ca, cert and key_file, a private Mosquitto
+// TestTLS: over mqtts:// with tls_ca, tls_cert and tls_key, a private Mosquitto
 // that requires client certificates accepts the Transport, and a message
 // goes round; without the client certificate, or without TLS, the
 // connection fails with ErrNotConnected. On both protocols.
@@ -39,7 +39,7 @@ func testTLS(t *testing.T, proto protocol) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	url := "mqtts://" + b.addr() + "?ca=" + p("ca.pem") + "&cert=" + p("client.pem") + "&key_file=" + p("client.key")
+	url := "mqtts://" + b.addr() + "?tls_ca=" + p("ca.pem") + "&tls_cert=" + p("client.pem") + "&tls_key=" + p("client.key")
 	tr, err := mqtt.New(ctx, url, proto.opt(), mqtt.RemoveSessionsOnClose())
 	if err != nil {
 		t.Fatalf("New over TLS: %v", err)
@@ -60,7 +60,7 @@ func testTLS(t *testing.T, proto protocol) {
 	_ = d.Ack(ctx)
 
 	for name, u := range map[string]string{
-		"no client certificate": "mqtts://" + b.addr() + "?ca=" + p("ca.pem") + "&connect_timeout=2s",
+		"no client certificate": "mqtts://" + b.addr() + "?tls_ca=" + p("ca.pem") + "&connect_timeout=2s",
 		"plain TCP":             "mqtt://" + b.addr() + "?connect_timeout=2s",
 	} {
 		if _, err := mqtt.New(ctx, u, proto.opt()); !errors.Is(err, mqtt.ErrNotConnected) {

@@ -27,9 +27,6 @@ const (
 	keyDLQPrefix      = "dlq_prefix"           // DLQPrefix
 	keyMaxPayload     = "max_payload"          // MaxPayload
 	keyRemoveSessions = "remove_sessions"      // RemoveSessionsOnClose
-	keyCA             = "ca"                   // CAFile
-	keyCert           = "cert"                 // ClientCert, with key_file
-	keyKeyFile        = "key_file"             // ClientCert, with cert
 	keyProtocol       = "protocol"             // Protocol
 	keyQoS            = "qos"                  // QoS
 	keySessionExpiry  = "session_expiry"       // SessionExpiry
@@ -143,18 +140,14 @@ func parse(rawURL string, opts []Option) (config, string, error) {
 	if v, ok := q.String(keyDLQPrefix); ok {
 		DLQPrefix(v).apply(&cfg)
 	}
-	if v, ok := q.String(keyCA); ok {
-		CAFile(v).apply(&cfg)
-	}
-	cert, hasCert := q.String(keyCert)
-	keyFile, hasKey := q.String(keyKeyFile)
-	switch {
-	case hasCert && hasKey:
-		ClientCert(cert, keyFile).apply(&cfg)
-	case hasCert:
-		q.Fail(keyCert, "cert needs key_file (the client certificate's private key)")
-	case hasKey:
-		q.Fail(keyKeyFile, "key_file without cert")
+	// tls_ca, tls_cert and tls_key, as on every transport.
+	if f := q.TLSFiles(); f.Any() {
+		if f.CA != "" {
+			CAFile(f.CA).apply(&cfg)
+		}
+		if f.Cert != "" {
+			ClientCert(f.Cert, f.Key).apply(&cfg)
+		}
 	}
 	if err := q.Err(); err != nil {
 		return cfg, "", err

@@ -30,8 +30,10 @@
 // ([AllowPlaintextAuth]). Redis refusing them is an error wrapping
 // [ErrAuth]. Query keys, each one [Option]:
 //
-//   - pool_size ([PoolSize]), client_name ([ClientName]), skip_verify
-//     ([SkipVerify]; rediss only, test servers only),
+//   - pool_size ([PoolSize]), client_name ([ClientName]), tls_insecure
+//     ([SkipVerify]; rediss only, test servers only), tls_ca, tls_cert and
+//     tls_key (PEM files: the CA to trust and a client certificate, as on
+//     every transport; rediss only),
 //     allow_plaintext_auth ([AllowPlaintextAuth]).
 //   - timeout ([Timeout]): the deadline of each exchange with Redis (dial,
 //     TLS handshake, a command's write and reply); default 5s.

@@ -128,8 +128,10 @@ func Credentials(username, password string) Option {
 }
 
 // TLSConfig connects with TLS using cfg, as the rediss scheme does with a
-// config that verifies the server against the system roots. The config is
-// cloned; it must not be nil.
+// config that verifies the server against the system roots (or the CA of
+// the URL key tls_ca, with the client certificate of tls_cert and tls_key,
+// spelled as on every transport). The config is cloned; it must not be
+// nil.
 func TLSConfig(cfg *tls.Config) Option {
 	return optionFunc(func(c *config) {
 		if cfg == nil {
@@ -181,7 +183,7 @@ func PublishWindow(n int) Option {
 
 // SkipVerify turns off the verification of the server's certificate, for
 // test servers only; it needs TLS (rediss, or [TLSConfig]). URL key
-// skip_verify.
+// tls_insecure, as on every transport.
 func SkipVerify(skip bool) Option {
 	return optionFunc(func(c *config) { c.skipVerify = skip })
 }

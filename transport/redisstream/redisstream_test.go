@@ -40,7 +40,7 @@ func TestURLOptions(t *testing.T) {
 		"redis://127.0.0.1:6379?claim_idle=fast",
 		"redis://127.0.0.1:6379?claim_idle=1ms",
 		"redis://127.0.0.1:6379/x",
-		"redis://127.0.0.1:6379?skip_verify=true",
+		"redis://127.0.0.1:6379?tls_insecure=true",
 		"redis://127.0.0.1:6379?mode=auto",
 		"redis://127.0.0.1:6379?maxlen=-1",
 		"redis://127.0.0.1:6379?lease=10ms",

@@ -132,9 +132,26 @@ func TestTLSAndACL(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("CAFromURL", func(t *testing.T) {
+		// tls_ca in the URL, as on every transport: the right CA connects
+		// and answers; another CA fails on the certificate.
+		tr, err := newTr(base + "&tls_ca=" + srv.ca.File)
+		if err != nil {
+			t.Fatalf("New with tls_ca of the right CA: %v", err)
+		}
+		if err := tr.Publish(ctx, &handler.Message{ID: "m-2", Topic: uniq("tls"), Payload: []byte("x")}); err != nil {
+			t.Fatalf("a call over TLS with tls_ca: %v", err)
+		}
+		if _, err := newTr(base + "&tls_ca=" + srv.other.File); err == nil || !strings.Contains(err.Error(), "certificate") {
+			t.Fatalf("New with tls_ca of another CA: %v, want a certificate error", err)
+		}
+		if _, err := newTr("redis://" + srv.tlsAddr() + "?tls_ca=" + srv.ca.File); !errors.Is(err, transport.ErrInvalidOption) {
+			t.Fatalf("tls_ca on redis://: %v, want ErrInvalidOption", err)
+		}
+	})
 	t.Run("SkipVerify", func(t *testing.T) {
-		if _, err := newTr(base + "&skip_verify=true"); err != nil {
-			t.Fatalf("New with skip_verify: %v", err)
+		if _, err := newTr(base + "&tls_insecure=true"); err != nil {
+			t.Fatalf("New with tls_insecure: %v", err)
 		}
 	})
 	for name, opts := range map[string][]redisstream.Option{

@@ -22,7 +22,7 @@ func init() {
 const (
 	keyPoolSize   = "pool_size"
 	keyClientName = "client_name"
-	keySkipVerify = "skip_verify"
+	keySkipVerify = transport.KeyTLSInsecure
 	keyMaxPayload = "max_payload"
 	keyMaxLen     = "maxlen"
 	keyRetention  = "retention"
@@ -112,6 +112,15 @@ func parse(rawURL string, opts []Option) (config, error) {
 	if b, ok := q.Bool(keySkipVerify); ok {
 		fromURL = append(fromURL, SkipVerify(b))
 	}
+	if f := q.TLSFiles(); f.Any() { // tls_ca, tls_cert and tls_key, as on every transport
+		if !strings.EqualFold(u.Scheme, SchemeTLS) {
+			q.Fail(transport.KeyTLSCA, "TLS files need the rediss scheme")
+		} else if tc, err := f.Config(); err != nil {
+			return cfg, fmt.Errorf("redisstream: %w", err)
+		} else {
+			fromURL = append(fromURL, TLSConfig(tc))
+		}
+	}
 	if n, ok := q.Int(keyMaxPayload); ok {
 		fromURL = append(fromURL, MaxPayload(n))
 	}
@@ -148,7 +157,7 @@ func parse(rawURL string, opts []Option) (config, error) {
 	}
 	if cfg.err == nil && cfg.skipVerify {
 		if cfg.tls == nil {
-			cfg.fail("SkipVerify (skip_verify) needs TLS: the rediss scheme or TLSConfig")
+			cfg.fail("SkipVerify (tls_insecure) needs TLS: the rediss scheme or TLSConfig")
 		} else {
 			cfg.tls.InsecureSkipVerify = true
 		}
