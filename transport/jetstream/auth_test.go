@@ -215,7 +215,7 @@ authorization {
 		auth bool
 	}{
 		{"WrongCA", base + "?tls_ca=" + other.file, false},
-		{"NoCA", base, false},
+		{"NoCA", base + "?allow_plaintext_auth=true", false}, // the server requires TLS: nats.go upgrades, with the system roots
 		{"WrongPassword", "nats://shop:wrong-" + password + "@" + srv.addr() + "?tls_ca=" + ca.file, true},
 		{"UnknownNKey", "nats://" + srv.addr() + "?tls_ca=" + ca.file + "&nkey_seed_file=" + strangerFile, true},
 	}
@@ -255,19 +255,79 @@ func TestToken(t *testing.T) {
 	const token = "t0ken-Secret-77"
 	srv := startPrivateServer(t, fmt.Sprintf("authorization { token: %q }\n", token))
 	ctx := context.Background()
-	tr, err := jetstream.New(ctx, "nats://"+token+"@"+srv.addr())
+	tr, err := jetstream.New(ctx, "nats://"+token+"@"+srv.addr()+"?allow_plaintext_auth=true")
 	if err != nil {
 		t.Fatalf("New with the token: %v", err)
 	}
 	defer tr.Close(ctx)
 	roundTrip(t, tr)
-	tr2, err := jetstream.New(ctx, "nats://"+srv.addr(), jetstream.Token(token))
+	tr2, err := jetstream.New(ctx, "nats://"+srv.addr(), jetstream.Token(token), jetstream.AllowPlaintextAuth(true))
 	if err != nil {
 		t.Fatalf("New with Token: %v", err)
 	}
 	_ = tr2.Close(ctx)
-	_, err = jetstream.New(ctx, "nats://wrong-"+token+"@"+srv.addr())
+	_, err = jetstream.New(ctx, "nats://wrong-"+token+"@"+srv.addr()+"?allow_plaintext_auth=true")
 	if !errors.Is(err, jetstream.ErrAuth) || strings.Contains(err.Error(), token) {
 		t.Errorf("a wrong token: %v; want ErrAuth without the token", err)
+	}
+}
+
+// TestPlaintextAuth: a password or token without TLS is refused before
+// any connection, with an error wrapping ErrInvalidOption that names
+// allow_plaintext_auth and repeats no credential, unless the URL (or
+// AllowPlaintextAuth) opts in; an NKey needs no opt-in (only a signature
+// crosses the network), and TLS needs none.
+func TestPlaintextAuth(t *testing.T) {
+	ctx := context.Background()
+	const secret = "pl41n-S3cret"
+	refused := []struct {
+		name string
+		url  string
+		opts []jetstream.Option
+	}{
+		{"UserPassword", "nats://shop:" + secret + "@127.0.0.1:1", nil},
+		{"Token", "nats://" + secret + "@127.0.0.1:1", nil},
+		{"TokenOption", "nats://127.0.0.1:1", []jetstream.Option{jetstream.Token(secret)}},
+		{"UserPasswordOption", "nats://127.0.0.1:1", []jetstream.Option{jetstream.UserPassword("shop", secret)}},
+		{"OptedOut", "nats://shop:" + secret + "@127.0.0.1:1?allow_plaintext_auth=false", nil},
+		{"OptionOverridesURL", "nats://shop:" + secret + "@127.0.0.1:1?allow_plaintext_auth=true", []jetstream.Option{jetstream.AllowPlaintextAuth(false)}},
+	}
+	for _, c := range refused {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := jetstream.New(ctx, c.url, c.opts...)
+			if !errors.Is(err, transport.ErrInvalidOption) || !strings.Contains(err.Error(), "allow_plaintext_auth") {
+				t.Fatalf("New: %v; want ErrInvalidOption naming allow_plaintext_auth", err)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("the error repeats the credential: %v", err)
+			}
+		})
+	}
+	// Opted in, with TLS, or with an NKey, the URL is accepted and New
+	// goes on to dial (port 1 refuses the connection): not ErrInvalidOption.
+	seed, _ := func() ([]byte, error) { kp, _ := nkeys.CreateUser(); return kp.Seed() }()
+	accepted := []struct {
+		name string
+		url  string
+		opts []jetstream.Option
+	}{
+		{"OptIn", "nats://shop:" + secret + "@127.0.0.1:1?allow_plaintext_auth=true", nil},
+		{"OptInToken", "nats://" + secret + "@127.0.0.1:1?allow_plaintext_auth=1", nil},
+		{"OptInOption", "nats://shop:" + secret + "@127.0.0.1:1", []jetstream.Option{jetstream.AllowPlaintextAuth(true)}},
+		{"TLS", "nats://shop:" + secret + "@127.0.0.1:1?tls=true", nil},
+		{"NKey", "nats://127.0.0.1:1", []jetstream.Option{jetstream.NKeySeed(seed)}},
+	}
+	for _, c := range accepted {
+		t.Run(c.name, func(t *testing.T) {
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			_, err := jetstream.New(cctx, c.url, c.opts...)
+			if err == nil || errors.Is(err, transport.ErrInvalidOption) {
+				t.Fatalf("New: %v; want a connection error", err)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("the error repeats the credential: %v", err)
+			}
+		})
 	}
 }

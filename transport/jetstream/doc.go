@@ -19,7 +19,8 @@
 // info without a password is a token. Query keys, each one [Option]:
 //
 //   - Connection: name, timeout (5s), max_payload, nkey_seed_file, tls,
-//     tls_ca, tls_cert, tls_key.
+//     tls_ca, tls_cert, tls_key, allow_plaintext_auth (false: a password
+//     or token without TLS is refused; an NKey is not).
 //   - Streams: stream, create (true), storage (file), replicas (1),
 //     max_age, duplicates, partitions (1), key_subject (false), dedupe
 //     (true).

@@ -56,9 +56,11 @@ type config struct {
 	tlsCert    string
 	tlsKey     string
 	useTLS     bool
-	name       string
-	timeout    time.Duration
-	maxPayload int // 0: server max_payload - DefaultHeaderRoom
+	// plaintextAuth lets a password or token go without TLS.
+	plaintextAuth bool
+	name          string
+	timeout       time.Duration
+	maxPayload    int // 0: server max_payload - DefaultHeaderRoom
 
 	stream     string // "": the stream that captures the topic, or one named after it
 	create     bool
@@ -192,6 +194,19 @@ func TLSConfig(cfg *tls.Config) Option {
 		c.tls = cfg.Clone()
 		c.useTLS = true
 	})
+}
+
+// AllowPlaintextAuth, with allow true, lets a password or token (the URL's
+// user info, [UserPassword] or [Token]) go to the server over a connection
+// without TLS, where anyone on the path can read them: NATS's CONNECT
+// sends them as they are. Without it [New] refuses such a configuration
+// with an error wrapping [transport.ErrInvalidOption]; use tls=true or
+// tls_ca (or [TLSConfig]). An NKey needs no opt-in: only a signature of
+// the server's nonce crosses the network. Use it for a server on the same
+// host or a trusted network only. URL key allow_plaintext_auth, spelled as
+// on the other transports.
+func AllowPlaintextAuth(allow bool) Option {
+	return optionFunc(func(c *config) { c.plaintextAuth = allow })
 }
 
 // ClientName is the connection's name, as the server's monitoring shows

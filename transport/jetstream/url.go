@@ -29,6 +29,7 @@ const (
 	keyPartitions   = "partitions"
 	keyKeySubject   = "key_subject"
 	keyDedupe       = "dedupe"
+	keyPlaintext    = "allow_plaintext_auth"
 )
 
 // Consume keys, in the URL and in Subscription.Options.
@@ -141,6 +142,9 @@ func parse(rawURL string, opts []Option) (config, error) {
 	if b, ok := q.Bool(keyDedupe); ok {
 		fromURL = append(fromURL, Dedupe(b))
 	}
+	if b, ok := q.Bool(keyPlaintext); ok {
+		fromURL = append(fromURL, AllowPlaintextAuth(b))
+	}
 	fromURL = append(fromURL, consumeOptions(q)...)
 	if err := q.Err(); err != nil {
 		return cfg, err
@@ -159,6 +163,11 @@ func parse(rawURL string, opts []Option) (config, error) {
 	}
 	if cfg.err == nil && (cfg.tlsCert == "") != (cfg.tlsKey == "") {
 		cfg.fail("tls_cert and tls_key go together")
+	}
+	if cfg.err == nil && !cfg.useTLS && (cfg.user != "" || cfg.pass != "" || cfg.token != "") && !cfg.plaintextAuth {
+		// An NKey is not refused: the server sees only a signature.
+		cfg.fail("%s: a password or token would cross the network in clear without TLS: set tls=true or tls_ca (or TLSConfig), or %s=true (AllowPlaintextAuth) for a server on this host or a trusted network",
+			transport.Redact(u), keyPlaintext)
 	}
 	return cfg, cfg.err
 }
