@@ -88,7 +88,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 		return err
 	}
 	if err := d.raw.Ack(); err != nil {
-		return fmt.Errorf("jetstream: ack %s (it will be redelivered after AckWait): %w", d.id(), err)
+		return d.s.t.errf("ack %s (it will be redelivered after AckWait): %w", d.id(), err)
 	}
 	return nil
 }
@@ -107,7 +107,7 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 		err = d.raw.Nak()
 	}
 	if err != nil {
-		return fmt.Errorf("jetstream: nack %s (it will be redelivered after AckWait): %w", d.id(), err)
+		return d.s.t.errf("nack %s (it will be redelivered after AckWait): %w", d.id(), err)
 	}
 	return nil
 }
@@ -134,7 +134,7 @@ func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
 		}
 	}
 	if err := d.raw.InProgress(); err != nil {
-		return fmt.Errorf("jetstream: extend %s: %w", d.id(), err)
+		return d.s.t.errf("extend %s: %w", d.id(), err)
 	}
 	return nil
 }

@@ -87,10 +87,10 @@ func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Repla
 		// original's ID, and a second replay of this dead letter is dropped.
 		replayID := m.ID + "/replay/" + m.Facts().BrokerID
 		if err := t.publish(ctx, transport.StripDeadLetterHeaders(m, to), replayID); err != nil {
-			return false, fmt.Errorf("jetstream: replay %s: %w", dlq, err)
+			return false, t.errf("replay %s: %w", dlq, err)
 		}
 		if err := t.deleteMsg(ctx, dlq, seq); err != nil {
-			return false, fmt.Errorf("jetstream: replay %s: message %q was replayed but is still in the DLQ: %w", dlq, m.ID, err)
+			return false, t.errf("replay %s: message %q was replayed but is still in the DLQ: %w", dlq, m.ID, err)
 		}
 		n++
 		return r.Limit <= 0 || n < r.Limit, nil
@@ -120,16 +120,16 @@ func (t *Transport) scanDLQ(ctx context.Context, dlq string, fn func(m *handler.
 	name, err := t.js.StreamNameBySubject(cctx, filter)
 	cancel()
 	if errors.Is(err, njs.ErrStreamNotFound) {
-		return fmt.Errorf("jetstream: DLQ %s: no stream captures it: %w", dlq, transport.ErrNotFound)
+		return t.errf("DLQ %s: no stream captures it: %w", dlq, transport.ErrNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("jetstream: DLQ %s: %w", dlq, err)
+		return t.errf("DLQ %s: %w", dlq, err)
 	}
 	cctx, cancel = t.opCtx(ctx)
 	st, err := t.js.Stream(cctx, name)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("jetstream: DLQ %s: stream %s: %w", dlq, name, err)
+		return t.errf("DLQ %s: stream %s: %w", dlq, name, err)
 	}
 	// Stop at the last message stored when the scan began: a replayed
 	// message that fails again is dead-lettered behind it.
@@ -142,7 +142,7 @@ func (t *Transport) scanDLQ(ctx context.Context, dlq string, fn func(m *handler.
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("jetstream: DLQ %s: reading stream %s from %d: %w", dlq, name, seq, err)
+			return t.errf("DLQ %s: reading stream %s from %d: %w", dlq, name, seq, err)
 		}
 		if raw.Sequence > last {
 			return nil

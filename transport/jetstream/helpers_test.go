@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -248,6 +249,20 @@ func (s *privateServer) freeze(tb testing.TB) {
 	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		tb.Fatal(err)
 	}
+	// kill(2) returns before every thread has stopped: wait until the
+	// kernel reports the process stopped ('T'), so that nothing sent
+	// after freeze is answered.
+	stat := fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return // not Linux: best effort
+		}
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && strings.HasPrefix(string(b[i:]), ") T") {
+			return
+		}
+	}
+	tb.Fatal("nats-server not stopped 5s after SIGSTOP")
 }
 
 // thaw resumes a frozen server (SIGCONT).

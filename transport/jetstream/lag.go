@@ -3,7 +3,6 @@ package jetstream
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -32,10 +31,10 @@ func (t *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]tran
 		name, err = t.js.StreamNameBySubject(ctx, pl.topic)
 	}
 	if errors.Is(err, njs.ErrStreamNotFound) {
-		return nil, fmt.Errorf("jetstream: lag of %s: no stream captures it: %w", pl.topic, transport.ErrNotFound)
+		return nil, t.errf("lag of %s: no stream captures it: %w", pl.topic, transport.ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: lag of %s: %w", pl.topic, err)
+		return nil, t.errf("lag of %s: %w", pl.topic, err)
 	}
 	st, err := t.js.Stream(ctx, name)
 	if err != nil {
@@ -47,10 +46,10 @@ func (t *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]tran
 	for _, p := range s.parts {
 		c, err := st.Consumer(ctx, p.name)
 		if errors.Is(err, njs.ErrConsumerNotFound) {
-			return nil, fmt.Errorf("jetstream: lag of %s: consumer %s of stream %s does not exist: %w", pl.topic, p.name, name, transport.ErrNotFound)
+			return nil, t.errf("lag of %s: consumer %s of stream %s does not exist: %w", pl.topic, p.name, name, transport.ErrNotFound)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("jetstream: lag of %s: consumer %s: %w", pl.topic, p.name, err)
+			return nil, t.errf("lag of %s: consumer %s: %w", pl.topic, p.name, err)
 		}
 		info := c.CachedInfo()
 		l := transport.Lag{Partition: p.name, Messages: int64(info.NumPending) + int64(info.NumAckPending)}
@@ -59,7 +58,7 @@ func (t *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]tran
 			if err == nil {
 				l.OldestAge = max(time.Since(raw.Time), 0)
 			} else if !errors.Is(err, njs.ErrMsgNotFound) {
-				return nil, fmt.Errorf("jetstream: lag of %s: reading the oldest message: %w", pl.topic, err)
+				return nil, t.errf("lag of %s: reading the oldest message: %w", pl.topic, err)
 			}
 		}
 		out = append(out, l)

@@ -366,11 +366,11 @@ func (l *leases) release(ctx context.Context) error {
 		p.held.Store(false)
 		p.epoch.Add(1)
 		if err := l.kv.Delete(ctx, p.key, njs.LastRevision(p.rev)); err != nil && !isCASConflict(err) {
-			errs = append(errs, fmt.Errorf("jetstream: close: releasing the lease on %s (a standby takes it after the lease): %w", p.name, err))
+			errs = append(errs, l.s.t.errf("close: releasing the lease on %s (a standby takes it after the lease): %w", p.name, err))
 		}
 	}
 	if err := l.kv.Delete(ctx, l.memberKey); err != nil {
-		errs = append(errs, fmt.Errorf("jetstream: close: deregistering member %s: %w", l.member, err))
+		errs = append(errs, l.s.t.errf("close: deregistering member %s: %w", l.member, err))
 	}
 	return errors.Join(errs...)
 }

@@ -20,6 +20,7 @@ const (
 	DefaultFetch         = 100
 	DefaultFetchWait     = time.Second
 	DefaultMaxAckPending = 1000
+	DefaultPublishWindow = 4096
 	// DefaultHeaderRoom is what [Semantics.MaxPayload] leaves of the
 	// server's max_payload for the headers, which NATS counts in the same
 	// limit.
@@ -61,6 +62,7 @@ type config struct {
 	name          string
 	timeout       time.Duration
 	maxPayload    int // 0: server max_payload - DefaultHeaderRoom
+	publishWindow int // PublishAsync's messages awaiting a PubAck, at most
 
 	stream     string // "": the stream that captures the topic, or one named after it
 	create     bool
@@ -92,12 +94,13 @@ type consumeConfig struct {
 
 func defaultConfig() config {
 	return config{
-		addr:       DefaultAddr,
-		timeout:    DefaultTimeout,
-		create:     true,
-		storage:    FileStorage,
-		replicas:   1,
-		partitions: 1,
+		addr:          DefaultAddr,
+		timeout:       DefaultTimeout,
+		create:        true,
+		storage:       FileStorage,
+		replicas:      1,
+		partitions:    1,
+		publishWindow: DefaultPublishWindow,
 		consume: consumeConfig{
 			mode:          ModeExclusive,
 			ackWait:       DefaultAckWait,
@@ -207,6 +210,15 @@ func TLSConfig(cfg *tls.Config) Option {
 // on the other transports.
 func AllowPlaintextAuth(allow bool) Option {
 	return optionFunc(func(c *config) { c.plaintextAuth = allow })
+}
+
+// PublishWindow sets how many messages [Transport.PublishAsync] (and
+// PublishBatch, which goes through it) keeps sent and awaiting their
+// PubAck, overriding the default of 4096: while that many are pending,
+// PublishAsync waits for room. n must be positive. URL key
+// publish_window, spelled as on the other transports.
+func PublishWindow(n int) Option {
+	return intAtLeast("PublishWindow", n, 1, func(c *config) { c.publishWindow = n })
 }
 
 // ClientName is the connection's name, as the server's monitoring shows

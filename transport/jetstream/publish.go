@@ -3,7 +3,6 @@ package jetstream
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -59,7 +58,7 @@ func (t *Transport) publish(ctx context.Context, m *handler.Message, msgID strin
 	if errors.Is(err, njs.ErrNoStreamResponse) {
 		// No stream captures the subject: nothing was stored.
 		if _, serr := t.streamFor(ctx, m.Topic); serr != nil {
-			return fmt.Errorf("jetstream: publish %s: %w", m.Topic, serr)
+			return t.errf("publish %s: %w", m.Topic, serr)
 		}
 		t.known.Store(m.Topic, struct{}{})
 		_, err = t.js.PublishMsg(pctx, msg, njs.WithRetryAttempts(0))
@@ -76,77 +75,15 @@ func (t *Transport) publishError(ctx context.Context, topic string, err error) e
 	var apiErr *njs.APIError
 	switch {
 	case errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, njs.ErrStreamMessageExceedsMaximum):
-		return fmt.Errorf("jetstream: publish %s: %w: %w", topic, transport.ErrTooLarge, err)
+		return t.errf("publish %s: %w: %w", topic, transport.ErrTooLarge, err)
 	case errors.Is(err, njs.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("jetstream: publish %s: no stream answered; nothing was stored: %w", topic, err)
+		return t.errf("publish %s: no stream answered; nothing was stored: %w", topic, err)
 	case errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrReconnectBufExceeded),
 		errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrBadHeaderMsg), errors.As(err, &apiErr):
-		return fmt.Errorf("jetstream: publish %s: not stored: %w", topic, err)
+		return t.errf("publish %s: not stored: %w", topic, err)
 	case ctx.Err() != nil:
-		return fmt.Errorf("jetstream: publish %s: %w: %w", topic, transport.ErrUnknownOutcome, ctx.Err())
+		return t.errf("publish %s: %w: %w", topic, transport.ErrUnknownOutcome, ctx.Err())
 	default:
-		return fmt.Errorf("jetstream: publish %s: %w: %w", topic, transport.ErrUnknownOutcome, err)
+		return t.errf("publish %s: %w: %w", topic, transport.ErrUnknownOutcome, err)
 	}
-}
-
-// PublishBatch sends msgs asynchronously, pipelined on the connection up
-// to 4096 unacknowledged at once (nats.go's PublishAsync window, which owns
-// this coalescing), and waits for every PubAck. Messages of one key keep
-// their order: one connection delivers them to the stream in the order
-// sent. Topics no stream captures yet get one first.
-//
-// It returns nil when every message was stored, or a *[transport.BatchError]
-// whose entries are classified as Publish's are.
-func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
-	if err := t.check(); err != nil {
-		return err
-	}
-	errs := make([]error, len(msgs))
-	failed := false
-	fail := func(i int, err error) { errs[i], failed = err, true }
-	wire := make([]*nats.Msg, len(msgs))
-	for i, m := range msgs {
-		msg, err := t.encode(m, "")
-		if err != nil {
-			fail(i, err)
-			continue
-		}
-		wire[i] = msg
-		if _, ok := t.known.Load(m.Topic); !ok {
-			if _, err := t.streamFor(ctx, m.Topic); err != nil {
-				fail(i, fmt.Errorf("jetstream: publish %s: %w", m.Topic, err))
-				wire[i] = nil
-				continue
-			}
-			t.known.Store(m.Topic, struct{}{})
-		}
-	}
-	futures := make([]njs.PubAckFuture, len(msgs))
-	for i, msg := range wire {
-		if msg == nil {
-			continue
-		}
-		f, err := t.js.PublishMsgAsync(msg, njs.WithRetryAttempts(0), njs.WithStallWait(t.cfg.timeout))
-		if err != nil {
-			fail(i, fmt.Errorf("jetstream: publish %s: not sent: %w", msgs[i].Topic, err))
-			continue
-		}
-		futures[i] = f
-	}
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			fail(i, t.publishError(ctx, msgs[i].Topic, err))
-		case <-ctx.Done():
-			fail(i, fmt.Errorf("jetstream: publish %s: %w: %w", msgs[i].Topic, transport.ErrUnknownOutcome, ctx.Err()))
-		}
-	}
-	if failed {
-		return &transport.BatchError{Errs: errs}
-	}
-	return nil
 }

@@ -253,7 +253,7 @@ func (s *stream) waitUsable(ctx context.Context, d time.Duration) error {
 func (s *stream) fetch(p *part) error {
 	b, err := p.cons.Fetch(s.pl.cc.fetch, njs.FetchMaxWait(s.pl.cc.fetchWait))
 	if err != nil {
-		return fmt.Errorf("jetstream: pull from %s/%s: %w", s.name, p.name, err)
+		return s.t.errf("pull from %s/%s: %w", s.name, p.name, err)
 	}
 	p.batch, p.batchEpoch, p.fetchedAt = b, p.epoch.Load(), time.Now()
 	p.fetching.Store(true)
@@ -275,7 +275,7 @@ func (s *stream) endBatch(p *part) error {
 		s.lease.poke()
 	}
 	if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, njs.ErrNoMessages) {
-		return fmt.Errorf("jetstream: pull from %s/%s: %w", s.name, p.name, err)
+		return s.t.errf("pull from %s/%s: %w", s.name, p.name, err)
 	}
 	return nil
 }

@@ -121,20 +121,20 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 	}
 	js, err := t.streamFor(ctx, pl.topic)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: subscribe %s: %w", pl.topic, err)
+		return nil, t.errf("subscribe %s: %w", pl.topic, err)
 	}
 	s := newStream(t, pl, js)
 	for _, p := range s.parts {
 		c, ackWait, err := t.consumer(ctx, js, p.name, p.filter, pl.cc, sub.StartAtOldest)
 		if err != nil {
-			return nil, fmt.Errorf("jetstream: subscribe %s: %w", pl.topic, err)
+			return nil, t.errf("subscribe %s: %w", pl.topic, err)
 		}
 		p.cons = c
 		s.ackWait = min(s.ackWait, ackWait)
 	}
 	if pl.cc.mode == ModeExclusive {
 		if err := s.startLeases(ctx); err != nil {
-			return nil, fmt.Errorf("jetstream: subscribe %s: %w", pl.topic, err)
+			return nil, t.errf("subscribe %s: %w", pl.topic, err)
 		}
 	} else {
 		for _, p := range s.parts {

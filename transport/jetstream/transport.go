@@ -42,6 +42,8 @@ type Transport struct {
 	streams map[*stream]struct{}
 	known   sync.Map // topic -> struct{}: a stream captures it
 
+	async *asyncPub // PublishAsync's window
+
 	leaseMu  sync.Mutex
 	leaseBkt njs.KeyValue // the lease bucket, made on first exclusive Subscribe
 }
@@ -53,6 +55,7 @@ var (
 	_ transport.DLQNamer       = (*Transport)(nil)
 	_ transport.DeadLetters    = (*Transport)(nil)
 	_ transport.LagReporter    = (*Transport)(nil)
+	_ transport.AsyncPublisher = (*Transport)(nil)
 )
 
 // ErrAuth is wrapped by the error [New] returns when the server refuses
@@ -79,7 +82,7 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{cfg: cfg, log: cfg.log, streams: make(map[*stream]struct{})}
+	t := &Transport{cfg: cfg, log: cfg.log, streams: make(map[*stream]struct{}), async: newAsyncPub(cfg.publishWindow)}
 	nopts, err := t.natsOptions(ctx)
 	if err != nil {
 		return nil, err
@@ -92,7 +95,9 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 	t.js, err = njs.New(nc,
 		njs.WithDefaultTimeout(cfg.timeout),
 		njs.WithPublishAsyncTimeout(cfg.timeout),
-		njs.WithPublishAsyncMaxPending(publishWindow))
+		// nats.go's own window is wider than PublishAsync's, so that it
+		// never stalls Ferry's publishes; it bounds JetStream()'s users.
+		njs.WithPublishAsyncMaxPending(max(cfg.publishWindow, DefaultPublishWindow)))
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream: %s: %w", cfg.addr, err)
@@ -119,10 +124,6 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 	return t, nil
 }
 
-// publishWindow is how many asynchronous publishes (PublishBatch) may await
-// their acknowledgement at once.
-const publishWindow = 4096
-
 // natsOptions turns the configuration into nats.go's options: credentials,
 // TLS, the reconnect policy and the logging of connection events.
 func (t *Transport) natsOptions(ctx context.Context) ([]nats.Option, error) {
@@ -138,6 +139,9 @@ func (t *Transport) natsOptions(ctx context.Context) ([]nats.Option, error) {
 	addr := cfg.addr
 	o := []nats.Option{
 		nats.Timeout(timeout),
+		// A write to a server that stopped reading fails after timeout
+		// instead of nats.go's minute.
+		nats.FlusherTimeout(cfg.timeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		// A publish while the connection is down fails at once, as not
@@ -252,13 +256,12 @@ func (t *Transport) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	select {
-	case <-t.js.PublishAsyncComplete():
-	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("jetstream: close: acknowledgements of batch publishes still pending: %w", ctx.Err()))
+	t.closeAsync()
+	if err := t.Flush(ctx); err != nil {
+		errs = append(errs, t.errf("close: PubAcks of asynchronous publishes still pending: %w", ctx.Err()))
 	}
 	if err := t.nc.FlushTimeout(min(t.cfg.timeout, untilDeadline(ctx))); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		errs = append(errs, fmt.Errorf("jetstream: close: flush: %w", err))
+		errs = append(errs, t.errf("close: flush: %w", err))
 	}
 	t.nc.Close()
 	return errors.Join(errs...)
@@ -278,6 +281,13 @@ func (t *Transport) check() error {
 		return transport.ErrClosed
 	}
 	return nil
+}
+
+// errf is the error of a call to the server: "jetstream: <host:port>: "
+// and format, so that it says what was attempted against which server
+// (the address only: never a credential).
+func (t *Transport) errf(format string, args ...any) error {
+	return fmt.Errorf("jetstream: %s: "+format, append([]any{t.cfg.addr}, args...)...)
 }
 
 // opCtx bounds one server call by the transport's timeout.

@@ -30,6 +30,7 @@ const (
 	keyKeySubject   = "key_subject"
 	keyDedupe       = "dedupe"
 	keyPlaintext    = "allow_plaintext_auth"
+	keyWindow       = "publish_window"
 )
 
 // Consume keys, in the URL and in Subscription.Options.
@@ -141,6 +142,9 @@ func parse(rawURL string, opts []Option) (config, error) {
 	}
 	if b, ok := q.Bool(keyDedupe); ok {
 		fromURL = append(fromURL, Dedupe(b))
+	}
+	if n, ok := q.Int(keyWindow); ok {
+		fromURL = append(fromURL, PublishWindow(n))
 	}
 	if b, ok := q.Bool(keyPlaintext); ok {
 		fromURL = append(fromURL, AllowPlaintextAuth(b))
