@@ -224,6 +224,9 @@ func (t *Transport) connectError(err error) error {
 		return fmt.Errorf("jetstream: connect %s: %w: the server refused the credentials (user and password, token or NKey): %v",
 			addr, ErrAuth, err)
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		return fmt.Errorf("jetstream: connect %s: no answer from a NATS server within the timeout of %v: %w", addr, t.cfg.timeout, err)
+	}
 	return fmt.Errorf("jetstream: connect %s: %w", addr, err)
 }
 
