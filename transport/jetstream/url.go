@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,10 +74,15 @@ func parse(rawURL string, opts []Option) (config, error) {
 		return cfg, fmt.Errorf("%w: jetstream: want nats://[user[:password]@]host[:port][?key=value…], with no path", transport.ErrInvalidOption)
 	}
 	if u.Host != "" {
-		cfg.addr = u.Host
-		if u.Port() == "" {
-			cfg.addr = net.JoinHostPort(u.Hostname(), "4222")
+		host, port := u.Hostname(), u.Port()
+		if port == "" {
+			port = "4222"
 		}
+		if n, err := strconv.Atoi(port); host == "" || err != nil || n < 1 || n > 65535 ||
+			(strings.Contains(host, ":") && !strings.HasPrefix(u.Host, "[")) {
+			return cfg, fmt.Errorf("%w: jetstream: the URL's host: want host[:port] with a port from 1 to 65535, an IPv6 address in brackets", transport.ErrInvalidOption)
+		}
+		cfg.addr = net.JoinHostPort(host, port)
 	}
 	if u.User != nil {
 		if pw, ok := u.User.Password(); ok {
