@@ -259,11 +259,8 @@ func (t *Transport) encode(m *handler.Message, msgID string) (*nats.Msg, error) 
 	}
 	msg := &nats.Msg{Subject: subject, Data: m.Payload}
 	n := len(m.Headers)
-	if m.ID != "" {
-		n++
-	}
-	if msgID != "" {
-		n++
+	if m.ID != "" || msgID != "" {
+		n += 2
 	}
 	if m.Key != "" {
 		n++
@@ -289,9 +286,9 @@ func (t *Transport) encode(m *handler.Message, msgID string) (*nats.Msg, error) 
 		}
 	case msgID != "":
 		msg.Header[headerMsgID] = []string{encodeValue(msgID)}
-		if m.ID != "" {
-			msg.Header[headerID] = []string{encodeValue(m.ID)}
-		}
+		// Even an empty ID: without ferry-id the consumer would read
+		// msgID as the ID (found by FuzzWire).
+		msg.Header[headerID] = []string{encodeValue(m.ID)}
 	case m.ID != "":
 		msg.Header[headerMsgID] = []string{encodeValue(m.ID)}
 	}
