@@ -242,7 +242,8 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 
 // BenchmarkPublishVsRaw publishes 1 KiB messages over 100 keys: raw
 // nats.go PublishMsgAsync (a window of 4096, then PublishAsyncComplete)
-// against one Ferry PublishBatch of the same messages (the same window);
+// against one Ferry PublishBatch of the same messages and against Ferry's
+// PublishAsync from one goroutine, then Flush (both the same window);
 // and, one message at a time, raw
 // PublishMsg against Ferry's Publish and Watermill's publisher (each
 // waiting for its PubAck). Seven interleaved rounds, each on fresh streams.
@@ -295,6 +296,29 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		}
 		return time.Since(start)
 	}
+	ferryAsync := func(topic string, n int) time.Duration {
+		all := msgs(topic, n)
+		var failed atomic.Int64
+		done := func(err error) {
+			if err != nil {
+				failed.Add(1)
+			}
+		}
+		start := time.Now()
+		for _, m := range all {
+			if err := tr.PublishAsync(ctx, m, done); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := tr.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		elapsed := time.Since(start)
+		if failed.Load() > 0 {
+			b.Fatalf("%d asynchronous publishes failed", failed.Load())
+		}
+		return elapsed
+	}
 	rawSync := func(topic string, n int) time.Duration {
 		start := time.Now()
 		for i := range n {
@@ -329,11 +353,11 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		return time.Since(start)
 	}
 	b.SetBytes(benchSize)
-	var raws, fers, rawSyncs, ferSyncs, wmSyncs []float64
+	var raws, fers, asyncs, rawSyncs, ferSyncs, wmSyncs []float64
 	b.ResetTimer()
 	for r := range benchRounds {
 		b.StopTimer()
-		names := make([]string, 5)
+		names := make([]string, 6)
 		for i := range names {
 			names[i] = stream(uniq(b, fmt.Sprintf("bench-pub-%d-%d", r, i)))
 		}
@@ -344,13 +368,14 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 			func() { rawSyncs = append(rawSyncs, float64(nSync)/rawSync(names[2], nSync).Seconds()) },
 			func() { ferSyncs = append(ferSyncs, float64(nSync)/ferrySync(names[3], nSync).Seconds()) },
 			func() { wmSyncs = append(wmSyncs, float64(nSync)/wmSync(names[4], nSync).Seconds()) },
+			func() { asyncs = append(asyncs, float64(n)/ferryAsync(names[5], n).Seconds()) },
 		}
 		for i := range runs {
 			runs[(i+r)%len(runs)]()
 		}
 	}
 	b.StopTimer()
-	report(b, "publish-async", n, raws, map[string][]float64{"ferry-batch": fers})
+	report(b, "publish-async", n, raws, map[string][]float64{"ferry-batch": fers, "ferry-async": asyncs})
 	report(b, "publish-sync", nSync, rawSyncs, map[string][]float64{"ferry": ferSyncs, "watermill": wmSyncs})
 }
 
