@@ -18,7 +18,8 @@
 // nats://[user[:password]@]host[:port][?key=value…] ([Scheme]); a user
 // info without a password is a token. Query keys, each one [Option]:
 //
-//   - Connection: name, timeout (5s), max_payload, nkey_seed_file, tls,
+//   - Connection: name, timeout (5s), max_payload, publish_window (4096),
+//     nkey_seed_file, tls,
 //     tls_ca, tls_cert, tls_key, allow_plaintext_auth (false: a password
 //     or token without TLS is refused; an NKey is not).
 //   - Streams: stream, create (true), storage (file), replicas (1),
@@ -51,8 +52,11 @@
 // Publish sets Nats-Msg-Id to Message.ID, so the stream drops a second
 // publish of an ID within its duplicate window (2 minutes by default),
 // and waits for the PubAck; a timeout or a connection lost after the
-// message left is [transport.ErrUnknownOutcome]. PublishBatch pipelines
-// asynchronous publishes in nats.go's window.
+// message left is [transport.ErrUnknownOutcome]. [Transport.PublishAsync]
+// pipelines publishes on nats.go's PublishMsgAsync, a window of
+// [PublishWindow] with a result per message, and PublishBatch goes
+// through it. Every call to the server has a deadline ([Timeout]), and
+// its error names the step and the server's address.
 //
 // In the default [ModeExclusive], one member of a group at a time pulls
 // from each consumer, holding a lease in the key-value bucket
