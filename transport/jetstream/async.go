@@ -215,43 +215,55 @@ func (t *Transport) asyncPending() uint64 {
 // error and the others are still sent.
 //
 // It returns nil when every message was stored, or a *[transport.BatchError]
-// whose entries are classified as Publish's are; a message not sent
-// because ctx ended while waiting for room has ctx's error.
+// whose entries are classified as Publish's are. When ctx ends, a message
+// not sent yet has ctx's error, and one sent whose PubAck has not come
+// an error wrapping [transport.ErrUnknownOutcome] and ctx.Err(); the
+// batch returns at once.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
 	if err := t.check(); err != nil {
 		return err
 	}
 	errs := make([]error, len(msgs))
+	settled := make([]bool, len(msgs))
 	var mu sync.Mutex
+	abandoned, failed := false, false
 	var wg sync.WaitGroup
-	failed := false
+	settle := func(i int, err error) {
+		mu.Lock()
+		if !abandoned {
+			errs[i], settled[i] = err, true
+			failed = failed || err != nil
+		}
+		mu.Unlock()
+	}
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
-			mu.Lock()
 			for j := i; j < len(msgs); j++ {
-				errs[j] = t.errf("publish %s: not sent: %w", msgs[j].Topic, err)
+				settle(j, t.errf("publish %s: not sent: %w", msgs[j].Topic, err))
 			}
-			failed = true
-			mu.Unlock()
 			break
 		}
 		wg.Add(1)
-		err := t.PublishAsync(ctx, m, func(err error) {
-			if err != nil {
-				mu.Lock()
-				errs[i], failed = err, true
-				mu.Unlock()
-			}
+		if err := t.PublishAsync(ctx, m, func(err error) { settle(i, err); wg.Done() }); err != nil {
+			settle(i, err)
 			wg.Done()
-		})
-		if err != nil {
-			wg.Done()
-			mu.Lock()
-			errs[i], failed = err, true
-			mu.Unlock()
 		}
 	}
-	wg.Wait()
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-ctx.Done():
+		mu.Lock()
+		for i, ok := range settled {
+			if !ok {
+				errs[i] = t.errf("publish %s: %w: %w", msgs[i].Topic, transport.ErrUnknownOutcome, ctx.Err())
+				failed = true
+			}
+		}
+		abandoned = true
+		mu.Unlock()
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if failed {

@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -50,7 +51,8 @@ func TestConnectDeadline(t *testing.T) {
 // open, nothing answers), every call that waits for the server returns
 // within a few timeouts (500ms here), with an error that names the step
 // and the server's address: a publish (ErrUnknownOutcome), a batch, an
-// asynchronous publish's result, a Subscribe that must look up a stream or
+// asynchronous publish's result, a batch whose ctx ends first (at once,
+// ErrUnknownOutcome and the ctx's error), a Subscribe that must look up a stream or
 // create a consumer, Lag, ListDLQ, ReplayDLQ. Ack, Nack and Extend are
 // fire-and-forget writes and return at once; Close is bounded by its ctx.
 func TestCallDeadlines(t *testing.T) {
@@ -98,6 +100,20 @@ func TestCallDeadlines(t *testing.T) {
 				return be.Errs[0]
 			}
 			return err
+		}, transport.ErrUnknownOutcome},
+		{"PublishBatchCtx", "publish " + topic, func() error {
+			cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			err := tr.PublishBatch(cctx, []*handler.Message{{ID: "m-6", Topic: topic}})
+			var be *transport.BatchError
+			if !errors.As(err, &be) {
+				return err
+			}
+			if !errors.Is(be.Errs[0], context.DeadlineExceeded) || time.Since(start) > 400*time.Millisecond {
+				return fmt.Errorf("PublishBatch's ctx ended; after %v: %w", time.Since(start), be.Errs[0])
+			}
+			return be.Errs[0]
 		}, transport.ErrUnknownOutcome},
 		{"PublishAsync", "publish " + topic, func() error {
 			res := make(chan error, 1)
