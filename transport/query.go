@@ -173,14 +173,20 @@ func (q *Query) Err() error {
 // Redact returns u as text safe to print in an error or a log line: the
 // scheme, host and path only. User name, password and query are left out,
 // since any of them may hold a credential (a password, a token, an endpoint
-// with its own user-info).
+// with its own user-info). So are an opaque part and a path that hold an
+// '@' or a ':' (shown as "…"): text that is not scheme://user@host, such as
+// "redis:user:pass@host" or "tcp//user:pass@host", puts its credentials
+// there. The result never holds an '@'.
 func Redact(u *url.URL) string {
 	if u == nil {
 		return ""
 	}
 	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}
 	if u.Opaque != "" {
-		r.Opaque = u.Opaque
+		r.Opaque = "…"
+	}
+	if strings.ContainsAny(u.Path, "@:") {
+		r.Path = "/…"
 	}
 	return r.String()
 }
