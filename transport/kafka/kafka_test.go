@@ -526,7 +526,7 @@ func TestOptionErrors(t *testing.T) {
 	ctx := ctxT(t, 5*time.Second)
 	for _, o := range []kafka.Option{
 		kafka.Partitioner("crc32"), kafka.Compression("brotli"), kafka.StartAt("middle"), kafka.Assignment("random"),
-		kafka.PartitionWindow(0), kafka.DeliveryTimeout(0), kafka.Version("x"), kafka.SASL("GSSAPI", "u", "p"),
+		kafka.PartitionWindow(0), kafka.DeliveryTimeout(0), kafka.Version("x"), kafka.Version("0.10.2"), kafka.SASL("GSSAPI", "u", "p"),
 	} {
 		if _, err := kafka.New(ctx, "kafka://127.0.0.1:1", o); !errors.Is(err, transport.ErrInvalidOption) {
 			t.Errorf("bad option: %v, want ErrInvalidOption", err)

@@ -108,6 +108,10 @@ func Version(v string) Option {
 			c.fail("Version(%q): %v", v, err)
 			return
 		}
+		if !kv.IsAtLeast(sarama.V0_11_0_0) {
+			c.fail("Version(%q): want 0.11.0 or later: the ID and headers travel in record headers", v)
+			return
+		}
 		c.version = kv
 	})
 }
@@ -182,11 +186,14 @@ func DeliveryTimeout(d time.Duration) Option {
 }
 
 // MaxPayload sets the largest payload Publish accepts, in bytes, overriding
-// 1000000 (Kafka's default max.message.bytes). A larger message is refused
-// with [transport.ErrTooLarge] before anything is sent. The producer caps
-// its record batches at 1 MiB, or MaxPayload plus 32 KiB (for the key and
-// headers) when that is larger; raise the topic's max.message.bytes to
-// that with it. URL key "max_payload"; the producer's max.request.size.
+// 1000000 (Kafka's default max.message.bytes). The whole record counts
+// too: the producer caps its record batches at 1 MiB, or MaxPayload plus
+// 32 KiB when that is larger, and Publish refuses a record (key, ID twice,
+// headers, payload and their framing, as sarama counts them) that would
+// not fit in one batch alone. Either refusal is an error wrapping
+// [transport.ErrTooLarge], before anything is sent, never an unknown
+// outcome. Raise the topic's max.message.bytes with it. URL key
+// "max_payload"; the producer's max.request.size.
 func MaxPayload(n int) Option {
 	return optionFunc(func(c *config) {
 		if n < 1 {

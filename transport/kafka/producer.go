@@ -2,8 +2,10 @@ package kafka
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -140,6 +142,16 @@ func classify(topic string, err error) error {
 	if errors.Is(err, sarama.ErrMessageSizeTooLarge) {
 		return fmt.Errorf("kafka: publish %s: %w: %w", topic, transport.ErrTooLarge, err)
 	}
+	// sarama's own refusals, before anything was sent: a record over
+	// Producer.MaxMessageBytes (check refuses it first, unless the counts
+	// ever disagree) or any other configuration error.
+	var ce sarama.ConfigurationError
+	if errors.As(err, &ce) {
+		if strings.Contains(string(ce), "MaxMessageBytes") {
+			return fmt.Errorf("kafka: publish %s: %w: %w", topic, transport.ErrTooLarge, err)
+		}
+		return fmt.Errorf("kafka: publish %s: not sent: %w", topic, err)
+	}
 	for _, d := range definite {
 		if errors.Is(err, d) {
 			return fmt.Errorf("kafka: publish %s: %w", topic, err)
@@ -190,7 +202,9 @@ func (p *producer) put(w *pending) {
 }
 
 // check refuses a message that cannot be sent, or that the consumer would
-// not return as it was sent: a header named like the ID's headers (it
+// not return as it was sent: a payload over [MaxPayload], a record (key,
+// ID, headers, payload and framing, counted as sarama counts them) over
+// the producer's record limit, a header named like the ID's headers (it
 // would be dropped), or whose name is not UTF-8 (the record would be
 // poison). Nothing is sent then.
 func (p *producer) check(m *handler.Message) error {
@@ -198,21 +212,37 @@ func (p *producer) check(m *handler.Message) error {
 		return fmt.Errorf("%w: kafka: publish: message has no Topic", transport.ErrInvalidOption)
 	}
 	if len(m.Payload) > p.cfg.maxPayload {
-		return fmt.Errorf("kafka: publish %s: %w: %d bytes, limit %d", m.Topic, transport.ErrTooLarge, len(m.Payload), p.cfg.maxPayload)
+		return fmt.Errorf("kafka: publish %s: %w: payload of %d bytes, limit %d (MaxPayload)", m.Topic, transport.ErrTooLarge, len(m.Payload), p.cfg.maxPayload)
 	}
-	if len(m.Headers) == 0 {
-		return nil // the common case: no iterator on the hot path
+	size := recordOverhead + len(m.Key) + len(m.Payload)
+	if m.ID != "" {
+		size += 2*(len(m.ID)+headerOverhead) + len(transport.HeaderID) + len(headerWatermillID)
 	}
-	for k := range m.Headers {
+	for k, v := range m.Headers {
 		if k == transport.HeaderID || k == headerWatermillID {
 			return fmt.Errorf("%w: kafka: publish %s: header %q is where Message.ID travels; set ID instead", transport.ErrInvalidMessage, m.Topic, k)
 		}
 		if !utf8.ValidString(k) {
 			return fmt.Errorf("%w: kafka: publish %s: a header name is not valid UTF-8, and a consumer could not read it", transport.ErrInvalidMessage, m.Topic)
 		}
+		size += len(k) + len(v) + headerOverhead
+	}
+	if limit := p.cfg.maxRecord() - recordBatchOverhead; size > limit {
+		return fmt.Errorf("kafka: publish %s: %w: the record is %d bytes with its key, ID, headers and framing, limit %d (a payload of %d bytes)",
+			m.Topic, transport.ErrTooLarge, size, limit, len(m.Payload))
 	}
 	return nil
 }
+
+// How sarama counts a record against Producer.MaxMessageBytes
+// (ProducerMessage.ByteSize for record batches v2): the longest varints of
+// the record's fields, and of each header's lengths. A record batch adds
+// its own header, which the broker counts against max.message.bytes.
+const (
+	recordOverhead      = 5*binary.MaxVarintLen32 + binary.MaxVarintLen64 + 1
+	headerOverhead      = 2 * binary.MaxVarintLen32
+	recordBatchOverhead = 61
+)
 
 // send fills w with m and hands it to the producer, setting w.dl. Messages
 // handed over one after another keep that order within their partition.
