@@ -33,6 +33,8 @@ type config struct {
 	saslMech        SASLMechanism
 	saslUser        string
 	saslPass        string
+	plaintextAuth   bool
+	connectTimeout  time.Duration
 	logger          *slog.Logger
 	err             error
 }
@@ -53,6 +55,7 @@ func defaultConfig() config {
 		sessionTimeout:  DefaultSessionTimeout,
 		heartbeat:       DefaultHeartbeat,
 		commitInterval:  DefaultCommitInterval,
+		connectTimeout:  DefaultConnectTimeout,
 		logger:          slog.Default(),
 	}
 }
@@ -95,7 +98,8 @@ func (c *config) baseConfig() *sarama.Config {
 	sc := sarama.NewConfig()
 	sc.Version = c.version
 	sc.ClientID = c.clientID
-	sc.Net.DialTimeout = 10 * time.Second
+	sc.Net.DialTimeout = c.connectTimeout
+	sc.Metadata.Timeout = c.connectTimeout
 	sc.Metadata.Retry.Max = 3
 	sc.Metadata.Retry.Backoff = 100 * time.Millisecond
 	if c.tls != nil {

@@ -17,6 +17,7 @@ const (
 	DefaultSessionTimeout  = 10 * time.Second // see [SessionTimeout]
 	DefaultHeartbeat       = 1 * time.Second  // see [Heartbeat]
 	DefaultCommitInterval  = 1 * time.Second  // see [CommitInterval]
+	DefaultConnectTimeout  = 10 * time.Second // see [ConnectTimeout]
 )
 
 // An Option configures a [Transport]. Options are made by the functions of
@@ -328,7 +329,8 @@ func TLS(cfg *tls.Config) Option {
 
 // SASL enables SASL authentication with mechanism m ([SASLPlain],
 // [SASLScramSHA256] or [SASLScramSHA512]). The password never appears in
-// errors or logs. Use it with [TLS]: PLAIN sends the password in clear.
+// errors or logs. It needs [TLS], or [AllowPlaintextAuth]: PLAIN sends the
+// password in clear.
 // URL: the user and password of the URL's user info, and key "sasl" for
 // the mechanism (PLAIN when absent but user info is given).
 func SASL(m SASLMechanism, user, password string) Option {
@@ -345,6 +347,35 @@ func SASL(m SASLMechanism, user, password string) Option {
 		}
 		c.saslMech, c.saslUser, c.saslPass = m, user, password
 	})
+}
+
+// ConnectTimeout bounds each connection to the cluster, overriding 10s:
+// the TCP dial, the TLS handshake, the SASL exchange and the first
+// metadata request, which [New] makes and each Subscribe makes for its
+// group's client. A cluster that accepts the connection and never
+// answers fails New within it, with an error naming the brokers and the
+// steps tried. (After that every request has sarama's read and write
+// deadline of 30s, and Publish the [DeliveryTimeout].) URL key
+// "connect_timeout".
+func ConnectTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d <= 0 {
+			c.fail("ConnectTimeout(%s) must be positive", d)
+			return
+		}
+		c.connectTimeout = d
+	})
+}
+
+// AllowPlaintextAuth, with allow true, lets SASL credentials (the URL's
+// user info, or [SASL]) go to the brokers over connections without TLS,
+// where anyone on the path can read them (PLAIN sends the password as it
+// is) or, for SCRAM, stand in for the broker. Without it [New] refuses
+// SASL without [TLS] with an error wrapping [transport.ErrInvalidOption].
+// Use it for a broker on the same host or a trusted network only. URL key
+// "allow_plaintext_auth".
+func AllowPlaintextAuth(allow bool) Option {
+	return optionFunc(func(c *config) { c.plaintextAuth = allow })
 }
 
 // WithLogger sets the logger of every line the transport logs (group
