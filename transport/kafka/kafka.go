@@ -173,7 +173,6 @@ func steps(sc *sarama.Config) string {
 	return s
 }
 
-
 // connectError says what failed of a connection to hosts: the
 // credentials (wrapping [ErrAuth]), TLS, or reaching the brokers.
 // refused tells, after the fact, whether a connection closed by the
