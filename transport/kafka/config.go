@@ -35,6 +35,7 @@ type config struct {
 	saslPass        string
 	plaintextAuth   bool
 	connectTimeout  time.Duration
+	publishWindow   int
 	logger          *slog.Logger
 	err             error
 }
@@ -56,6 +57,7 @@ func defaultConfig() config {
 		heartbeat:       DefaultHeartbeat,
 		commitInterval:  DefaultCommitInterval,
 		connectTimeout:  DefaultConnectTimeout,
+		publishWindow:   DefaultPublishWindow,
 		logger:          slog.Default(),
 	}
 }

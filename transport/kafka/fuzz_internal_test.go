@@ -46,7 +46,7 @@ func FuzzParseURL(f *testing.F) {
 		"kafka://b1?sasl=plain",
 		"kafka://b1:1?partitioner=fnv1a&compression=zstd&linger=5ms&delivery_timeout=2s&max_payload=2048",
 		"kafka://b1:1?start=earliest&balance=cooperative-sticky&window=64&revoke_timeout=1s",
-		"kafka://b1:1?session_timeout=6s&heartbeat=2s&commit_interval=100ms&connect_timeout=3s",
+		"kafka://b1:1?session_timeout=6s&heartbeat=2s&commit_interval=100ms&connect_timeout=3s&publish_window=8",
 		"kafka://b1:1?session_timeout=1s&heartbeat=1s",
 		"kafka://b1:1?tls_insecure=true",
 		"kafka://b1:1?version=0.10.2",
@@ -133,6 +133,7 @@ func render(brokers []string, c *config) string {
 	set(keyHeartbeat, c.heartbeat.String())
 	set(keyCommitInterval, c.commitInterval.String())
 	set(keyConnectTimeout, c.connectTimeout.String())
+	set(keyPublishWindow, strconv.Itoa(c.publishWindow))
 	set(keyPlaintextAuth, strconv.FormatBool(c.plaintextAuth))
 	if c.tls != nil {
 		set(keyTLS, "true")
@@ -151,9 +152,9 @@ func render(brokers []string, c *config) string {
 
 // describe is every setting of brokers and c, as text to compare.
 func describe(brokers []string, c *config) string {
-	return fmt.Sprintf("brokers %q client %q version %s group %q partitioner %s compression %s linger %s delivery %s max %d start %s balance %s window %d revoke %s session %s heartbeat %s commit %s connect %s plaintext %v tls %v insecure %v sasl %s %q %q",
+	return fmt.Sprintf("brokers %q client %q version %s group %q partitioner %s compression %s linger %s delivery %s max %d start %s balance %s window %d revoke %s session %s heartbeat %s commit %s connect %s pubwindow %d plaintext %v tls %v insecure %v sasl %s %q %q",
 		brokers, c.clientID, c.version, c.group, c.partitioner, c.compression, c.linger, c.deliveryTimeout, c.maxPayload, c.start,
-		c.balance, c.window, c.revokeTimeout, c.sessionTimeout, c.heartbeat, c.commitInterval, c.connectTimeout, c.plaintextAuth,
+		c.balance, c.window, c.revokeTimeout, c.sessionTimeout, c.heartbeat, c.commitInterval, c.connectTimeout, c.publishWindow, c.plaintextAuth,
 		c.tls != nil, c.tls != nil && c.tls.InsecureSkipVerify, c.saslMech, c.saslUser, c.saslPass)
 }
 

@@ -18,6 +18,7 @@ const (
 	DefaultHeartbeat       = 1 * time.Second  // see [Heartbeat]
 	DefaultCommitInterval  = 1 * time.Second  // see [CommitInterval]
 	DefaultConnectTimeout  = 10 * time.Second // see [ConnectTimeout]
+	DefaultPublishWindow   = 1024             // messages; see [PublishWindow]
 )
 
 // An Option configures a [Transport]. Options are made by the functions of
@@ -346,6 +347,21 @@ func SASL(m SASLMechanism, user, password string) Option {
 			return
 		}
 		c.saslMech, c.saslUser, c.saslPass = m, user, password
+	})
+}
+
+// PublishWindow sets how many messages [Transport.PublishAsync] (and so
+// PublishBatch) keeps accepted and not yet settled, overriding 1024: while
+// that many await their confirmations, PublishAsync waits for room. It
+// does not bound concurrent Publish calls. n must be from 1 to 1048576.
+// URL key "publish_window", as on the other transports.
+func PublishWindow(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 || n > maxWindow {
+			c.fail("PublishWindow(%d): want 1 to %d", n, maxWindow)
+			return
+		}
+		c.publishWindow = n
 	})
 }
 

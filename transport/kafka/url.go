@@ -41,6 +41,7 @@ const (
 	keyTLSInsecure     = "tls_insecure"
 	keyPlaintextAuth   = "allow_plaintext_auth"
 	keyConnectTimeout  = "connect_timeout"
+	keyPublishWindow   = "publish_window"
 )
 
 // URLOpener opens kafka:// URLs with [New]. It is registered for [Scheme]
@@ -63,6 +64,7 @@ const (
 //	start             [StartAt]            earliest or latest (default)
 //	balance           [Assignment]         range (default), roundrobin, sticky, cooperative-sticky
 //	window            [PartitionWindow]    records per partition (default MaxInFlight)
+//	publish_window    [PublishWindow]      PublishAsync's messages in flight (default 1024)
 //	revoke_timeout    [RevokeTimeout]      a Go duration (default 10s)
 //	session_timeout   [SessionTimeout]     a Go duration (default 10s)
 //	heartbeat         [Heartbeat]          a Go duration (default 1s)
@@ -135,7 +137,7 @@ func parse(rawURL string, opts []Option) ([]string, config, error) {
 	for _, k := range []struct {
 		key string
 		o   func(int) Option
-	}{{keyMaxPayload, MaxPayload}, {keyWindow, PartitionWindow}} {
+	}{{keyMaxPayload, MaxPayload}, {keyWindow, PartitionWindow}, {keyPublishWindow, PublishWindow}} {
 		if n, ok := q.Int(k.key); ok {
 			k.o(n).apply(&cfg)
 		}
