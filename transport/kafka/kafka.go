@@ -71,15 +71,20 @@ var (
 //   - [StartAt]: where a new group starts ([Latest])
 //   - [Partitioner]: how a Key picks its partition ([Murmur2])
 //   - [PartitionWindow]: messages in flight per partition (MaxInFlight)
-//   - [DeliveryTimeout], [Compression], [Linger], [MaxPayload]: publishing
+//   - [DeliveryTimeout], [Compression], [Linger], [MaxPayload],
+//     [PublishWindow]: publishing
 //   - [SessionTimeout], [Heartbeat], [CommitInterval], [RevokeTimeout],
 //     [Assignment]: the group
-//   - [TLS], [SASL], [ClientID], [Version]: the connection
+//   - [TLS], [SASL], [AllowPlaintextAuth], [ConnectTimeout], [ClientID],
+//     [Version]: the connection
 //   - [WithLogger]: where the transport logs (slog.Default())
 //
 // Everything is checked here: a bad URL or option returns an error
 // wrapping [transport.ErrInvalidOption] that names it (never the
-// password). New then fetches the cluster's metadata; ctx bounds that wait.
+// password); SASL without TLS is refused unless [AllowPlaintextAuth]. New
+// then connects and fetches the cluster's metadata, within
+// [ConnectTimeout] and ctx: wrong credentials give an error wrapping
+// [ErrAuth]; every error names the brokers and what was attempted.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
 	brokers, cfg, err := parse(rawURL, opts)
 	if err != nil {
