@@ -78,6 +78,14 @@ func init() {
 			Want:    "lists 0 dead letters",
 		},
 		{
+			Name: "poison-dead-letter-loops", // a poison record's dead letter over the limit fails every Receive, holding the partition (issue 17 item 1)
+			Pkg:  kafkaPkg, File: "transport/kafka/dlq.go",
+			Find:    "\tif !errors.Is(err, transport.ErrTooLarge) {\n\t\treturn err\n\t}\n\tsum := sha256",
+			Replace: "\tif !errors.Is(err, transport.ErrTooLarge) || ctx != nil {\n\t\treturn err\n\t}\n\tsum := sha256",
+			Run:     "^TestPoisonNearLimit$",
+			Want:    "the poison record holds the partition",
+		},
+		{
 			Name: "plaintext-auth", // SASL credentials go without TLS and without the opt-in (issue 17 item 6)
 			Pkg:  kafkaPkg, File: "transport/kafka/url.go",
 			Find:    "cfg.saslMech != saslNone && cfg.tls == nil && !cfg.plaintextAuth {",

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
+
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
@@ -145,4 +147,46 @@ func TestDeadLetterNearLimit(t *testing.T) {
 	if handled != 1 {
 		t.Errorf("the handler ran %d times; want once: the dead letter must not loop", handled)
 	}
+}
+
+// TestPoisonNearLimit (issue 17, item 1, for the transport's own dead
+// letters): a record that cannot be decoded and sits just under the record
+// limit gets a dead letter over it. The transport publishes it without its
+// payload, marked truncated with the original size and SHA-256, instead of
+// failing every Receive with the partition's commit held at the record for
+// ever; the records after it are handled and the commit passes it.
+func TestPoisonNearLimit(t *testing.T) {
+	addrs := newCluster(t, 1)
+	tr := open(t, addrs)
+	createTopic(t, addrs, "pz", 1)
+	payload := bytes.Repeat([]byte("p"), 1_000_000)
+	poison := &handler.Message{ID: "poison-big", Key: "k", Topic: "pz", Payload: payload, Headers: map[string]string{"name": "v"}}
+	padTo(poison, recordLimit-100)
+	rec := &sarama.ProducerMessage{Topic: "pz", Key: sarama.StringEncoder("k"), Value: sarama.ByteEncoder(payload), Headers: []sarama.RecordHeader{
+		{Key: []byte("ferry-id"), Value: []byte("poison-big")}, {Key: []byte("_watermill_message_uuid"), Value: []byte("poison-big")},
+		{Key: []byte("\xffname"), Value: []byte("v")}, {Key: []byte("pad"), Value: []byte(poison.Headers["pad"])}}}
+	produceRaw(t, addrs, rec)
+	publishAll(t, tr, []*handler.Message{{ID: "after", Key: "k", Topic: "pz", Payload: []byte("fine")}})
+	sub := transport.Subscription{Topic: "pz", Group: "pz-g", StartAtOldest: true}
+	got := make(chan string, 4)
+	runRouter(t, tr, sub, handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
+		got <- m.ID
+		return nil
+	}))
+	select {
+	case id := <-got:
+		if id != "after" {
+			t.Errorf("handled %s; want only the record after the poison one", id)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the record after the poison one was not handled: the poison record holds the partition")
+	}
+	dl := waitDLQ(t, tr, transport.DLQName(tr, sub), 1)[0]
+	sum := sha256.Sum256(payload)
+	if dl.ID != "poison-big" || len(dl.Payload) != 0 || dl.Headers[transport.HeaderTruncated] != "true" ||
+		dl.Headers[transport.HeaderOriginalSize] != "1000000" || dl.Headers[transport.HeaderOriginalSHA256] != hex.EncodeToString(sum[:]) {
+		t.Errorf("dead letter %s, %d-byte payload, truncation headers %q %q; want poison-big without its payload, marked",
+			dl.ID, len(dl.Payload), dl.Headers[transport.HeaderTruncated], dl.Headers[transport.HeaderOriginalSize])
+	}
+	waitCommitted(t, tr, sub, 0)
 }
