@@ -81,6 +81,7 @@ const (
 // without TLS are refused unless allow_plaintext_auth=true: PLAIN sends
 // the password as it is, and SCRAM over plaintext is open to an attacker
 // on the path.
+//
 // A key given twice or unknown is an error that names it. The password
 // never appears in errors or logs. The zero value is ready to use.
 type URLOpener struct{}
