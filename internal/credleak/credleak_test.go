@@ -152,10 +152,10 @@ func newCases() []leakCase {
 			fast := []kafka.Option{kafka.WithLogger(lg), kafka.SessionTimeout(time.Second), kafka.Heartbeat(100 * time.Millisecond)}
 			_, e1 := kafka.New(ctx, "kafka://"+user+":"+pass+"@"+addr+"?sasl=plain&token="+token, fast...)
 			_, e2 := kafka.New(ctx, "kafka://"+user+":"+pass+"@"+addr+"?sasl=plain&session_timeout="+value, fast...)
-			_, e3 := kafka.New(ctx, "kafka://"+user+":"+inner+"@"+addr+"?sasl=plain", fast...) // wrong password
-			_, e4 := kafka.New(ctx, "kafka://"+user+":"+pass+"@"+refused(t)+"?sasl=plain", fast...)
+			_, e3 := kafka.New(ctx, "kafka://"+user+":"+inner+"@"+addr+"?sasl=plain&allow_plaintext_auth=true", fast...) // wrong password
+			_, e4 := kafka.New(ctx, "kafka://"+user+":"+pass+"@"+refused(t)+"?sasl=plain&allow_plaintext_auth=true", fast...)
 			_, e5 := transport.Open(ctx, "kafka://"+user+":"+pass+"@"+addr+"?sasl=scram-sha-256&token="+token)
-			tr, err := kafka.New(ctx, "kafka://"+user+":"+pass+"@"+addr+"?sasl=plain", fast...)
+			tr, err := kafka.New(ctx, "kafka://"+user+":"+pass+"@"+addr+"?sasl=plain&allow_plaintext_auth=true", fast...)
 			if err != nil {
 				t.Fatalf("kafka.New with the right credentials: %v", err)
 			}

@@ -44,10 +44,13 @@ import (
 //     at its default configuration (acks=1, not idempotent, five requests
 //     in flight per broker): less work, weaker guarantees.
 //
-// PublishBatch (the same clock):
+// PublishBatch and PublishAsync (the same clock):
 //
 //   - ferry: one Transport.PublishBatch of all the run's messages (built
-//     before the clock starts).
+//     before the clock starts), which goes through PublishAsync with
+//     transport.PublishAll; or, for PublishAsync, one goroutine calling
+//     Transport.PublishAsync for each message (the default window of 1024
+//     in flight, a done that counts) and then Flush.
 //   - sarama: one goroutine feeds all the run's records to a raw
 //     AsyncProducer while another counts Successes: everything outstanding
 //     at once.
@@ -88,6 +91,12 @@ func BenchmarkKafka(b *testing.B) {
 	b.Run("PublishBatch", func(b *testing.B) {
 		compare(b, map[string]variant{
 			"ferry":  publishBatchFerry,
+			"sarama": publishBatchSarama,
+		})
+	})
+	b.Run("PublishAsync", func(b *testing.B) {
+		compare(b, map[string]variant{
+			"ferry":  publishAsyncFerry,
 			"sarama": publishBatchSarama,
 		})
 	})
@@ -268,6 +277,38 @@ func publishBatchFerry(b *testing.B, n int) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Since(start)
+}
+
+func publishAsyncFerry(b *testing.B, n int) time.Duration {
+	addrs, stop := cluster(b)
+	defer stop()
+	tr := openBench(b, addrs)
+	defer tr.Close(context.Background())
+	msgs := make([]*handler.Message, n)
+	for i := range msgs {
+		msgs[i] = &handler.Message{ID: strconv.Itoa(i), Key: benchKey(i), Topic: "t", Payload: benchPayload}
+	}
+	var failed atomic.Int64
+	done := func(err error) {
+		if err != nil {
+			failed.Add(1)
+		}
+	}
+	ctx := context.Background()
+	start := time.Now()
+	for _, m := range msgs {
+		if err := tr.PublishAsync(ctx, m, done); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tr.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	d := time.Since(start)
+	if f := failed.Load(); f != 0 {
+		b.Fatalf("%d of %d messages failed", f, n)
+	}
+	return d
 }
 
 func publishBatchSarama(b *testing.B, n int) time.Duration {

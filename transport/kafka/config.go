@@ -33,6 +33,9 @@ type config struct {
 	saslMech        SASLMechanism
 	saslUser        string
 	saslPass        string
+	plaintextAuth   bool
+	connectTimeout  time.Duration
+	publishWindow   int
 	logger          *slog.Logger
 	err             error
 }
@@ -53,6 +56,8 @@ func defaultConfig() config {
 		sessionTimeout:  DefaultSessionTimeout,
 		heartbeat:       DefaultHeartbeat,
 		commitInterval:  DefaultCommitInterval,
+		connectTimeout:  DefaultConnectTimeout,
+		publishWindow:   DefaultPublishWindow,
 		logger:          slog.Default(),
 	}
 }
@@ -95,7 +100,8 @@ func (c *config) baseConfig() *sarama.Config {
 	sc := sarama.NewConfig()
 	sc.Version = c.version
 	sc.ClientID = c.clientID
-	sc.Net.DialTimeout = 10 * time.Second
+	sc.Net.DialTimeout = c.connectTimeout
+	sc.Metadata.Timeout = c.connectTimeout
 	sc.Metadata.Retry.Max = 3
 	sc.Metadata.Retry.Backoff = 100 * time.Millisecond
 	if c.tls != nil {
@@ -121,6 +127,12 @@ func (c *config) baseConfig() *sarama.Config {
 	return sc
 }
 
+// maxRecord is the producer's Producer.MaxMessageBytes: 1 MiB, or
+// MaxPayload plus 32 KiB for the key and headers when that is larger. It
+// caps a record batch of one partition, framing included; Publish refuses
+// a record that would not fit in one alone.
+func (c *config) maxRecord() int { return max(1<<20, c.maxPayload+32<<10) }
+
 // producerConfig is acks=all, idempotent, with retries bounded by the
 // delivery timeout.
 func (c *config) producerConfig() (*sarama.Config, error) {
@@ -136,7 +148,7 @@ func (c *config) producerConfig() (*sarama.Config, error) {
 	// MaxMessageBytes also caps each partition's record batch, which the
 	// broker refuses above its message.max.bytes (1048588 by default): keep
 	// sarama's 1 MiB unless MaxPayload needs room for a larger record.
-	sc.Producer.MaxMessageBytes = max(1<<20, c.maxPayload+32<<10)
+	sc.Producer.MaxMessageBytes = c.maxRecord()
 	sc.Producer.Compression = c.compression
 	sc.Producer.Flush.Frequency = c.linger
 	switch c.partitioner {

@@ -31,10 +31,7 @@ func decodeWith(cm *sarama.ConsumerMessage, m *handler.Message, str func([]byte)
 		if h == nil {
 			continue
 		}
-		if !utf8.Valid(h.Key) {
-			return fmt.Errorf("kafka: header name %q is not UTF-8", h.Key)
-		}
-		switch string(h.Key) { // compared without a copy
+		switch string(h.Key) { // compared without a copy; both names are UTF-8
 		case transport.HeaderID:
 			if m.ID == "" {
 				m.ID = str(h.Value)
@@ -45,6 +42,9 @@ func decodeWith(cm *sarama.ConsumerMessage, m *handler.Message, str func([]byte)
 		case headerWatermillID:
 			wmID = h.Value // copied only if there is no ferry-id
 			continue
+		}
+		if !utf8.Valid(h.Key) {
+			return fmt.Errorf("kafka: header name %q is not UTF-8", h.Key)
 		}
 		k, v := string(h.Key), string(h.Value)
 		if m.Headers == nil {

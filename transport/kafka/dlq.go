@@ -2,9 +2,13 @@ package kafka
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -75,7 +79,7 @@ func (s *stream) deadLetterPoison(ctx context.Context, r *record) error {
 	cause := handler.Permanent(pz.err)
 	dl := transport.NewDeadLetter(m, cause, time.Now())
 	dl.Attempts = 0 // no handler saw it
-	if err := s.t.prod.publish(ctx, dl.Message(m, s.dlq)); err != nil {
+	if err := s.publishPoison(ctx, dl.Message(m, s.dlq)); err != nil {
 		return fmt.Errorf("kafka: dead-letter the undecodable record %s/%d@%d to %s; the partition's commit holds at it until a later Receive writes it: %w",
 			p.topic, p.id, r.offset, s.dlq, err)
 	}
@@ -87,6 +91,31 @@ func (s *stream) deadLetterPoison(ctx context.Context, r *record) error {
 	// A partition revoked meanwhile refuses: its next owner reads the
 	// record again and dead-letters it again (a duplicate, never a loss).
 	_ = p.finish(r)
+	return nil
+}
+
+// publishPoison publishes dl, the dead letter of a poison record. If it
+// is too large (the dead-letter record's headers pushed a record near the
+// limit over it), it publishes it without its payload instead, marked with
+// the truncation record ([transport.HeaderTruncated], the original size
+// and SHA-256), and logs a warning: the original stays at its offset,
+// which the dead letter names, and the partition's commit is not held for
+// ever. Any other error is returned.
+func (s *stream) publishPoison(ctx context.Context, dl *handler.Message) error {
+	err := s.t.prod.publish(ctx, dl)
+	if !errors.Is(err, transport.ErrTooLarge) {
+		return err
+	}
+	sum := sha256.Sum256(dl.Payload)
+	c := &handler.Message{ID: dl.ID, Key: dl.Key, Topic: dl.Topic, Headers: maps.Clone(dl.Headers)}
+	c.Headers[transport.HeaderTruncated] = "true"
+	c.Headers[transport.HeaderOriginalSize] = strconv.Itoa(len(dl.Payload))
+	c.Headers[transport.HeaderOriginalSHA256] = hex.EncodeToString(sum[:])
+	if err2 := s.t.prod.publish(ctx, c); err2 != nil {
+		return fmt.Errorf("%w; without its payload: %w", err, err2)
+	}
+	s.cfg.logger.Warn("kafka: the dead letter of a poison record was too large; dead-lettered it without its payload",
+		"dlq", dl.Topic, "id", dl.ID, "original_size", len(dl.Payload), "err", err)
 	return nil
 }
 

@@ -64,7 +64,19 @@
 //
 // Publish is acks=all with the idempotent producer; concurrent calls share
 // produce requests. A publish not confirmed within [DeliveryTimeout] is
-// reported as [transport.ErrUnknownOutcome].
+// reported as [transport.ErrUnknownOutcome]. [Transport.PublishAsync] and
+// [Transport.Flush] pipeline publishes from one caller over sarama's
+// AsyncProducer, within a window of [PublishWindow] messages, each with its
+// own result; [Transport.PublishBatch] goes through them. A message whose
+// record (key, ID, headers, payload and framing) exceeds the producer's
+// record limit is refused with [transport.ErrTooLarge] before it is sent,
+// so that the dead-letter middleware can truncate a dead letter near the
+// limit instead of retrying it.
+//
+// SASL credentials are refused over a connection without TLS unless
+// [AllowPlaintextAuth] (allow_plaintext_auth=true); credentials the brokers
+// refuse give an error wrapping [ErrAuth]. Connecting is bounded by
+// [ConnectTimeout].
 //
 // A rebalance redelivers, to the partition's new owner, what was finished
 // but not yet committed: expect duplicates (about what finished in the

@@ -2,9 +2,15 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -65,15 +71,20 @@ var (
 //   - [StartAt]: where a new group starts ([Latest])
 //   - [Partitioner]: how a Key picks its partition ([Murmur2])
 //   - [PartitionWindow]: messages in flight per partition (MaxInFlight)
-//   - [DeliveryTimeout], [Compression], [Linger], [MaxPayload]: publishing
+//   - [DeliveryTimeout], [Compression], [Linger], [MaxPayload],
+//     [PublishWindow]: publishing
 //   - [SessionTimeout], [Heartbeat], [CommitInterval], [RevokeTimeout],
 //     [Assignment]: the group
-//   - [TLS], [SASL], [ClientID], [Version]: the connection
+//   - [TLS], [SASL], [AllowPlaintextAuth], [ConnectTimeout], [ClientID],
+//     [Version]: the connection
 //   - [WithLogger]: where the transport logs (slog.Default())
 //
 // Everything is checked here: a bad URL or option returns an error
 // wrapping [transport.ErrInvalidOption] that names it (never the
-// password). New then fetches the cluster's metadata; ctx bounds that wait.
+// password); SASL without TLS is refused unless [AllowPlaintextAuth]. New
+// then connects and fetches the cluster's metadata, within
+// [ConnectTimeout] and ctx: wrong credentials give an error wrapping
+// [ErrAuth]; every error names the brokers and what was attempted.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
 	brokers, cfg, err := parse(rawURL, opts)
 	if err != nil {
@@ -83,7 +94,7 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 	if err != nil {
 		return nil, err
 	}
-	client, err := connect(ctx, brokers, sc)
+	client, err := connect(ctx, brokers, sc, &cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -106,32 +117,114 @@ func (t *Transport) admin() (sarama.ClusterAdmin, error) {
 	return a, nil
 }
 
-// connect makes a sarama client, abandoning the wait (not the dial) when
-// ctx ends: sarama's constructor takes no context.
-func connect(ctx context.Context, brokers []string, sc *sarama.Config) (sarama.Client, error) {
+// ErrAuth is wrapped by the error of [New] (and of Subscribe) when the
+// brokers refuse the SASL credentials: a wrong user, password or
+// mechanism. The error names the brokers and the mechanism, never the user
+// or the password.
+var ErrAuth = errors.New("kafka: authentication failed")
+
+// connect makes a sarama client: the dial, TLS handshake, SASL exchange
+// and first metadata request against the brokers. It gives up at the
+// connect timeout or when ctx ends, whichever comes first, abandoning the
+// wait (sarama's constructor takes no context; each of its requests has
+// its own read and write deadline, and a client made late is closed). Its
+// errors name the brokers and the step.
+func connect(ctx context.Context, brokers []string, sc *sarama.Config, cfg *config) (sarama.Client, error) {
+	timeout := cfg.connectTimeout
 	type result struct {
 		c   sarama.Client
 		err error
 	}
+	hosts := strings.Join(brokers, ",")
 	ch := make(chan result, 1)
 	go func() {
 		c, err := sarama.NewClient(brokers, sc)
 		ch <- result{c, err}
 	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, fmt.Errorf("kafka: connect: %w", r.err)
-		}
-		return r.c, nil
-	case <-ctx.Done():
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	abandon := func() {
 		go func() {
 			if r := <-ch; r.c != nil {
 				_ = r.c.Close()
 			}
 		}()
-		return nil, fmt.Errorf("kafka: connect: %w", ctx.Err())
 	}
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, connectError(hosts, sc, r.err, func() bool { return saslRefused(brokers, cfg) })
+		}
+		return r.c, nil
+	case <-timer.C:
+		abandon()
+		return nil, fmt.Errorf("kafka: connect to %s: no answer within %s (ConnectTimeout) to the dial, %sor the metadata request: %w",
+			hosts, timeout, steps(sc), context.DeadlineExceeded)
+	case <-ctx.Done():
+		abandon()
+		return nil, fmt.Errorf("kafka: connect to %s: %w", hosts, ctx.Err())
+	}
+}
+
+// steps names the handshakes a connection makes before its first request.
+func steps(sc *sarama.Config) string {
+	s := ""
+	if sc.Net.TLS.Enable {
+		s += "TLS handshake, "
+	}
+	if sc.Net.SASL.Enable {
+		s += "SASL " + string(sc.Net.SASL.Mechanism) + " exchange, "
+	}
+	return s
+}
+
+// connectError says what failed of a connection to hosts: the
+// credentials (wrapping [ErrAuth]), TLS, or reaching the brokers.
+// refused tells, after the fact, whether a connection closed by the
+// brokers was their refusal of the SASL exchange.
+func connectError(hosts string, sc *sarama.Config, err error, refused func() bool) error {
+	var certErr *tls.CertificateVerificationError
+	var unknownAuth x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	auth := func(how string) error {
+		return fmt.Errorf("kafka: connect to %s: %w: %s the SASL %s exchange (check the user and password): %w", hosts, ErrAuth, how, sc.Net.SASL.Mechanism, err)
+	}
+	switch {
+	case errors.Is(err, sarama.ErrSASLAuthenticationFailed), errors.Is(err, sarama.ErrIllegalSASLState),
+		errors.Is(err, sarama.ErrUnsupportedSASLMechanism):
+		return auth("the brokers refused")
+	case errors.As(err, &certErr), errors.As(err, &unknownAuth), errors.As(err, &hostErr):
+		return fmt.Errorf("kafka: connect to %s: TLS: the brokers' certificate is not trusted (tls_ca): %w", hosts, err)
+	case sc.Net.SASL.Enable && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) && refused():
+		// Brokers before Kafka 1.0, and kfake, close the connection on
+		// wrong credentials instead of answering; the probe showed that
+		// the same brokers answer a connection that does not
+		// authenticate.
+		return auth("the brokers closed the connection during")
+	}
+	return fmt.Errorf("kafka: connect to %s (the dial, %sthe metadata request): %w", hosts, steps(sc), err)
+}
+
+// saslRefused reports whether one of brokers answers an ApiVersions
+// request on a connection made as cfg's but without SASL: then a
+// connection closed during the SASL exchange was a refusal of the
+// credentials, not a broker down.
+func saslRefused(brokers []string, cfg *config) bool {
+	pc := cfg.baseConfig()
+	pc.Net.SASL.Enable = false
+	pc.Net.ReadTimeout, pc.Net.WriteTimeout = cfg.connectTimeout, cfg.connectTimeout
+	for _, addr := range brokers {
+		b := sarama.NewBroker(addr)
+		if err := b.Open(pc); err != nil {
+			continue
+		}
+		_, err := b.ApiVersions(&sarama.ApiVersionsRequest{})
+		_ = b.Close()
+		if err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Close closes every stream the Transport opened (committing what finished

@@ -17,6 +17,8 @@ const (
 	DefaultSessionTimeout  = 10 * time.Second // see [SessionTimeout]
 	DefaultHeartbeat       = 1 * time.Second  // see [Heartbeat]
 	DefaultCommitInterval  = 1 * time.Second  // see [CommitInterval]
+	DefaultConnectTimeout  = 10 * time.Second // see [ConnectTimeout]
+	DefaultPublishWindow   = 1024             // messages; see [PublishWindow]
 )
 
 // An Option configures a [Transport]. Options are made by the functions of
@@ -108,6 +110,10 @@ func Version(v string) Option {
 			c.fail("Version(%q): %v", v, err)
 			return
 		}
+		if !kv.IsAtLeast(sarama.V0_11_0_0) {
+			c.fail("Version(%q): want 0.11.0 or later: the ID and headers travel in record headers", v)
+			return
+		}
 		c.version = kv
 	})
 }
@@ -182,11 +188,14 @@ func DeliveryTimeout(d time.Duration) Option {
 }
 
 // MaxPayload sets the largest payload Publish accepts, in bytes, overriding
-// 1000000 (Kafka's default max.message.bytes). A larger message is refused
-// with [transport.ErrTooLarge] before anything is sent. The producer caps
-// its record batches at 1 MiB, or MaxPayload plus 32 KiB (for the key and
-// headers) when that is larger; raise the topic's max.message.bytes to
-// that with it. URL key "max_payload"; the producer's max.request.size.
+// 1000000 (Kafka's default max.message.bytes). The whole record counts
+// too: the producer caps its record batches at 1 MiB, or MaxPayload plus
+// 32 KiB when that is larger, and Publish refuses a record (key, ID twice,
+// headers, payload and their framing, as sarama counts them) that would
+// not fit in one batch alone. Either refusal is an error wrapping
+// [transport.ErrTooLarge], before anything is sent, never an unknown
+// outcome. Raise the topic's max.message.bytes with it. URL key
+// "max_payload"; the producer's max.request.size.
 func MaxPayload(n int) Option {
 	return optionFunc(func(c *config) {
 		if n < 1 {
@@ -321,7 +330,8 @@ func TLS(cfg *tls.Config) Option {
 
 // SASL enables SASL authentication with mechanism m ([SASLPlain],
 // [SASLScramSHA256] or [SASLScramSHA512]). The password never appears in
-// errors or logs. Use it with [TLS]: PLAIN sends the password in clear.
+// errors or logs. It needs [TLS], or [AllowPlaintextAuth]: PLAIN sends the
+// password in clear.
 // URL: the user and password of the URL's user info, and key "sasl" for
 // the mechanism (PLAIN when absent but user info is given).
 func SASL(m SASLMechanism, user, password string) Option {
@@ -338,6 +348,50 @@ func SASL(m SASLMechanism, user, password string) Option {
 		}
 		c.saslMech, c.saslUser, c.saslPass = m, user, password
 	})
+}
+
+// PublishWindow sets how many messages [Transport.PublishAsync] (and so
+// PublishBatch) keeps accepted and not yet settled, overriding 1024: while
+// that many await their confirmations, PublishAsync waits for room. It
+// does not bound concurrent Publish calls. n must be from 1 to 1048576.
+// URL key "publish_window", as on the other transports.
+func PublishWindow(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 || n > maxWindow {
+			c.fail("PublishWindow(%d): want 1 to %d", n, maxWindow)
+			return
+		}
+		c.publishWindow = n
+	})
+}
+
+// ConnectTimeout bounds each connection to the cluster, overriding 10s:
+// the TCP dial, the TLS handshake, the SASL exchange and the first
+// metadata request, which [New] makes and each Subscribe makes for its
+// group's client. A cluster that accepts the connection and never
+// answers fails New within it, with an error naming the brokers and the
+// steps tried. (After that every request has sarama's read and write
+// deadline of 30s, and Publish the [DeliveryTimeout].) URL key
+// "connect_timeout".
+func ConnectTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d <= 0 {
+			c.fail("ConnectTimeout(%s) must be positive", d)
+			return
+		}
+		c.connectTimeout = d
+	})
+}
+
+// AllowPlaintextAuth, with allow true, lets SASL credentials (the URL's
+// user info, or [SASL]) go to the brokers over connections without TLS,
+// where anyone on the path can read them (PLAIN sends the password as it
+// is) or, for SCRAM, stand in for the broker. Without it [New] refuses
+// SASL without [TLS] with an error wrapping [transport.ErrInvalidOption].
+// Use it for a broker on the same host or a trusted network only. URL key
+// "allow_plaintext_auth".
+func AllowPlaintextAuth(allow bool) Option {
+	return optionFunc(func(c *config) { c.plaintextAuth = allow })
 }
 
 // WithLogger sets the logger of every line the transport logs (group

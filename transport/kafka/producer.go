@@ -2,8 +2,10 @@ package kafka
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -31,12 +33,13 @@ type producer struct {
 	results sync.WaitGroup // the two result loops
 	pool    sync.Pool      // *pending
 	dl      *deadlines
+	async   inflight // PublishAsync's window
 }
 
-// pending is one message from its hand-over to its result. Publish reuses
-// it through the producer's pool once its result was read; a message whose
-// waiter gave up (timeout, ctx) is never reused, since sarama may still
-// hold it. PublishBatch allocates its pendings together and drops them.
+// pending is one message from its hand-over to its result. Publish and
+// PublishAsync reuse it through the producer's pool once its result was
+// read; a message whose waiter gave up (timeout, ctx) is never reused,
+// since sarama may still hold it.
 type pending struct {
 	pm   sarama.ProducerMessage
 	key  encoder // the record key: bytes in buf
@@ -44,41 +47,41 @@ type pending struct {
 	hdrs []sarama.RecordHeader
 	buf  []byte // key, ID and header bytes
 
-	// Exactly one of ch and batch is set.
-	ch    chan error // Publish: room for the one result
-	batch *batch     // PublishBatch: the result goes to err and state
-	err   error
-	state atomic.Int32 // PublishBatch: 0 waiting, then resultIn or abandoned
+	// Exactly one of ch and done is set.
+	ch    chan error  // Publish: room for the one result
+	done  func(error) // PublishAsync: called once with the result
+	topic string      // PublishAsync: for its timeout's error
+	state atomic.Int32
 	dl    *deadline
+	epoch *epoch   // PublishAsync: the Flush epoch it was accepted in
+	prev  *pending // PublishAsync: the in-flight list, oldest first
+	next  *pending
 }
 
 const (
-	resultIn  = 1 // the result loop stored err
-	abandoned = 2 // the waiter gave up: timeout or ctx
+	resultIn  = 1 // the result loop took the message's result
+	abandoned = 2 // its deadline passed first: done was called with an unknown outcome
 )
 
 // complete hands the message's result to its waiter. It is called once,
-// by a result loop, and never blocks.
-func (w *pending) complete(err error) {
-	if b := w.batch; b != nil {
-		w.err = err
-		if w.state.CompareAndSwap(0, resultIn) {
-			b.settled()
-		}
+// by a result loop, and never blocks (PublishAsync's done must not).
+func (w *pending) complete(p *producer, err error) {
+	if w.done == nil {
+		w.ch <- err
 		return
 	}
-	w.ch <- err
-}
-
-// batch collects the results of one PublishBatch.
-type batch struct {
-	left atomic.Int64  // messages with neither a result nor abandoned
-	done chan struct{} // closed when left reaches 0
-}
-
-func (b *batch) settled() {
-	if b.left.Add(-1) == 0 {
-		close(b.done)
+	if !w.state.CompareAndSwap(0, resultIn) {
+		return // abandoned at its deadline, and never reused
+	}
+	p.async.unlink(w)
+	done, e := w.done, w.epoch
+	<-p.async.room
+	done(err)
+	e.release()
+	if err == nil {
+		// A message returned as an error may still be read by sarama (its
+		// retry and shutdown paths): it is never reused.
+		p.put(w)
 	}
 }
 
@@ -104,24 +107,27 @@ func newProducer(client sarama.Client, cfg *config) (*producer, error) {
 	}
 	p := &producer{ap: ap, cfg: cfg, dl: newDeadlines(cfg.deliveryTimeout)}
 	p.pool.New = func() any { return &pending{ch: make(chan error, 1)} }
+	p.async.init(cfg.publishWindow)
 	p.results.Add(2)
 	go func() {
 		defer p.results.Done()
 		for m := range ap.Successes() {
-			m.Metadata.(*pending).complete(nil)
+			m.Metadata.(*pending).complete(p, nil)
 		}
 	}()
 	go func() {
 		defer p.results.Done()
 		for e := range ap.Errors() {
-			e.Msg.Metadata.(*pending).complete(classify(e.Msg.Topic, e.Err))
+			e.Msg.Metadata.(*pending).complete(p, classify(e.Msg.Topic, e.Err))
 		}
 	}()
+	go p.watch()
 	go func() {
 		// The deadlines outlive a Close that gave up waiting, so that
 		// Publish calls still waiting end on time.
 		p.results.Wait()
 		p.dl.close()
+		close(p.async.stop)
 	}()
 	return p, nil
 }
@@ -139,6 +145,16 @@ var definite = []error{
 func classify(topic string, err error) error {
 	if errors.Is(err, sarama.ErrMessageSizeTooLarge) {
 		return fmt.Errorf("kafka: publish %s: %w: %w", topic, transport.ErrTooLarge, err)
+	}
+	// sarama's own refusals, before anything was sent: a record over
+	// Producer.MaxMessageBytes (check refuses it first, unless the counts
+	// ever disagree) or any other configuration error.
+	var ce sarama.ConfigurationError
+	if errors.As(err, &ce) {
+		if strings.Contains(string(ce), "MaxMessageBytes") {
+			return fmt.Errorf("kafka: publish %s: %w: %w", topic, transport.ErrTooLarge, err)
+		}
+		return fmt.Errorf("kafka: publish %s: not sent: %w", topic, err)
 	}
 	for _, d := range definite {
 		if errors.Is(err, d) {
@@ -171,7 +187,9 @@ func (p *producer) publish(ctx context.Context, m *handler.Message) error {
 	}
 	select {
 	case err := <-w.ch:
-		p.put(w)
+		if err == nil { // see complete
+			p.put(w)
+		}
 		return err
 	case <-w.dl.c:
 		return fmt.Errorf("kafka: publish %s: %w: no confirmation within %s", m.Topic, transport.ErrUnknownOutcome, p.cfg.deliveryTimeout)
@@ -183,14 +201,16 @@ func (p *producer) publish(ctx context.Context, m *handler.Message) error {
 // put returns w to the pool once its result was read (or it was never
 // handed over).
 func (p *producer) put(w *pending) {
-	w.pm, w.val, w.err, w.batch, w.dl = sarama.ProducerMessage{}, nil, nil, nil, nil
+	w.pm, w.val, w.done, w.topic, w.dl, w.epoch, w.prev, w.next = sarama.ProducerMessage{}, nil, nil, "", nil, nil, nil, nil
 	w.state.Store(0)
 	clear(w.hdrs)
 	p.pool.Put(w)
 }
 
 // check refuses a message that cannot be sent, or that the consumer would
-// not return as it was sent: a header named like the ID's headers (it
+// not return as it was sent: a payload over [MaxPayload], a record (key,
+// ID, headers, payload and framing, counted as sarama counts them) over
+// the producer's record limit, a header named like the ID's headers (it
 // would be dropped), or whose name is not UTF-8 (the record would be
 // poison). Nothing is sent then.
 func (p *producer) check(m *handler.Message) error {
@@ -198,21 +218,37 @@ func (p *producer) check(m *handler.Message) error {
 		return fmt.Errorf("%w: kafka: publish: message has no Topic", transport.ErrInvalidOption)
 	}
 	if len(m.Payload) > p.cfg.maxPayload {
-		return fmt.Errorf("kafka: publish %s: %w: %d bytes, limit %d", m.Topic, transport.ErrTooLarge, len(m.Payload), p.cfg.maxPayload)
+		return fmt.Errorf("kafka: publish %s: %w: payload of %d bytes, limit %d (MaxPayload)", m.Topic, transport.ErrTooLarge, len(m.Payload), p.cfg.maxPayload)
 	}
-	if len(m.Headers) == 0 {
-		return nil // the common case: no iterator on the hot path
+	size := recordOverhead + len(m.Key) + len(m.Payload)
+	if m.ID != "" {
+		size += 2*(len(m.ID)+headerOverhead) + len(transport.HeaderID) + len(headerWatermillID)
 	}
-	for k := range m.Headers {
+	for k, v := range m.Headers {
 		if k == transport.HeaderID || k == headerWatermillID {
 			return fmt.Errorf("%w: kafka: publish %s: header %q is where Message.ID travels; set ID instead", transport.ErrInvalidMessage, m.Topic, k)
 		}
 		if !utf8.ValidString(k) {
 			return fmt.Errorf("%w: kafka: publish %s: a header name is not valid UTF-8, and a consumer could not read it", transport.ErrInvalidMessage, m.Topic)
 		}
+		size += len(k) + len(v) + headerOverhead
+	}
+	if limit := p.cfg.maxRecord() - recordBatchOverhead; size > limit {
+		return fmt.Errorf("kafka: publish %s: %w: the record is %d bytes with its key, ID, headers and framing, limit %d (a payload of %d bytes)",
+			m.Topic, transport.ErrTooLarge, size, limit, len(m.Payload))
 	}
 	return nil
 }
+
+// How sarama counts a record against Producer.MaxMessageBytes
+// (ProducerMessage.ByteSize for record batches v2): the longest varints of
+// the record's fields, and of each header's lengths. A record batch adds
+// its own header, which the broker counts against max.message.bytes.
+const (
+	recordOverhead      = 5*binary.MaxVarintLen32 + binary.MaxVarintLen64 + 1
+	headerOverhead      = 2 * binary.MaxVarintLen32
+	recordBatchOverhead = 61
+)
 
 // send fills w with m and hands it to the producer, setting w.dl. Messages
 // handed over one after another keep that order within their partition.
@@ -284,100 +320,15 @@ func byteSize(m *handler.Message) int {
 	return n
 }
 
-// headerCount is how many record headers fill makes for m, at most.
-func headerCount(m *handler.Message) int {
-	n := len(m.Headers)
-	if m.ID != "" {
-		n += 2
-	}
-	return n
-}
-
-// PublishBatch hands every message to the producer, in order, before
-// waiting for any confirmation, so that they share produce requests and
-// messages with the same Key keep their order in msgs. It returns nil when
-// all were confirmed, or a *[transport.BatchError]. (Concurrent Publish
-// calls keep no order between them.) The delivery timeout applies to each
-// message from its hand-over; ctx ending makes every message not yet
-// confirmed an unknown outcome, as for Publish.
+// PublishBatch publishes msgs through [Transport.PublishAsync], in order,
+// and waits for every result ([transport.PublishAll]): messages share
+// produce requests, and messages with the same Key keep their order in
+// msgs. It returns nil when all were confirmed, or a
+// *[transport.BatchError] with each message's own result. A batch larger
+// than [PublishWindow] waits for room as it goes. ctx bounds the waits for
+// room; each message accepted has its own [DeliveryTimeout].
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
-	return t.prod.publishBatch(ctx, msgs)
-}
-
-func (p *producer) publishBatch(ctx context.Context, msgs []*handler.Message) error {
-	errs := make([]error, len(msgs))
-	ws := make([]*pending, len(msgs))
-	b := &batch{done: make(chan struct{})}
-	b.left.Store(int64(len(msgs)) + 1) // +1 until every message is handed over
-	// The batch's pendings, and their bytes and headers, are three
-	// allocations, not taken from the pool nor returned to it.
-	ps := make([]pending, len(msgs))
-	nb, nh := 0, 0
-	for _, m := range msgs {
-		nb += byteSize(m)
-		nh += headerCount(m)
-	}
-	arena, hdrs := make([]byte, nb), make([]sarama.RecordHeader, nh)
-	failed := false
-	for i, m := range msgs {
-		w := &ps[i]
-		w.batch = b
-		n, h := byteSize(m), headerCount(m)
-		w.buf, arena = arena[:0:n], arena[n:]
-		w.hdrs, hdrs = hdrs[:0:h], hdrs[h:]
-		if err := p.send(ctx, m, w); err != nil {
-			errs[i], failed = err, true
-			b.left.Add(-1)
-			continue
-		}
-		ws[i] = w
-	}
-	b.settled() // the +1
-	// Wait for the results, giving up on the messages of each deadline as
-	// it passes (they were handed over in deadline order), or on all of
-	// them when ctx ends.
-	next := 0 // the first message whose deadline has not passed
-	for done := false; !done; {
-		for next < len(ws) && ws[next] == nil {
-			next++
-		}
-		var expired <-chan struct{}
-		if next < len(ws) {
-			expired = ws[next].dl.c
-		}
-		select {
-		case <-b.done:
-			done = true
-		case <-expired:
-			d := ws[next].dl
-			for ; next < len(ws) && (ws[next] == nil || ws[next].dl == d); next++ {
-				if w := ws[next]; w != nil && w.state.CompareAndSwap(0, abandoned) {
-					errs[next] = fmt.Errorf("kafka: publish %s: %w: no confirmation within %s", msgs[next].Topic, transport.ErrUnknownOutcome, p.cfg.deliveryTimeout)
-					b.settled()
-				}
-			}
-		case <-ctx.Done():
-			for i, w := range ws {
-				if w != nil && w.state.CompareAndSwap(0, abandoned) {
-					errs[i] = fmt.Errorf("kafka: publish %s: %w: %w", msgs[i].Topic, transport.ErrUnknownOutcome, ctx.Err())
-					b.settled()
-				}
-			}
-			done = true
-		}
-	}
-	for i, w := range ws {
-		if w != nil && w.state.Load() == resultIn {
-			errs[i] = w.err
-		}
-	}
-	for _, err := range errs {
-		failed = failed || err != nil
-	}
-	if failed {
-		return &transport.BatchError{Errs: errs}
-	}
-	return nil
+	return transport.PublishAll(ctx, t, msgs)
 }
 
 // close flushes what the producer holds, waiting until ctx ends.

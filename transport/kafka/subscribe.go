@@ -117,7 +117,7 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 	if err != nil {
 		return nil, err
 	}
-	client, err := connect(ctx, t.brokers, sc)
+	client, err := connect(ctx, t.brokers, sc, &t.cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,9 @@ const (
 	keyTLSCert         = "tls_cert"
 	keyTLSKey          = "tls_key"
 	keyTLSInsecure     = "tls_insecure"
+	keyPlaintextAuth   = "allow_plaintext_auth"
+	keyConnectTimeout  = "connect_timeout"
+	keyPublishWindow   = "publish_window"
 )
 
 // URLOpener opens kafka:// URLs with [New]. It is registered for [Scheme]
@@ -61,15 +64,23 @@ const (
 //	start             [StartAt]            earliest or latest (default)
 //	balance           [Assignment]         range (default), roundrobin, sticky, cooperative-sticky
 //	window            [PartitionWindow]    records per partition (default MaxInFlight)
+//	publish_window    [PublishWindow]      PublishAsync's messages in flight (default 1024)
 //	revoke_timeout    [RevokeTimeout]      a Go duration (default 10s)
 //	session_timeout   [SessionTimeout]     a Go duration (default 10s)
 //	heartbeat         [Heartbeat]          a Go duration (default 1s)
 //	commit_interval   [CommitInterval]     a Go duration (default 1s)
+//	connect_timeout   [ConnectTimeout]     a Go duration (default 10s)
 //	sasl              [SASL]               plain, scram-sha-256 or scram-sha-512
 //	tls               [TLS]                true to enable TLS with system roots
 //	tls_ca            [TLS]                PEM file of CA certificates (implies tls)
 //	tls_cert, tls_key [TLS]                PEM files of a client certificate (imply tls)
 //	tls_insecure      [TLS]                true skips server certificate checks (tests only)
+//	allow_plaintext_auth [AllowPlaintextAuth] true lets SASL credentials go without TLS
+//
+// SASL credentials (the URL's user info, or [SASL]) over a connection
+// without TLS are refused unless allow_plaintext_auth=true: PLAIN sends
+// the password as it is, and SCRAM over plaintext is open to an attacker
+// on the path.
 //
 // A key given twice or unknown is an error that names it. The password
 // never appears in errors or logs. The zero value is ready to use.
@@ -127,7 +138,7 @@ func parse(rawURL string, opts []Option) ([]string, config, error) {
 	for _, k := range []struct {
 		key string
 		o   func(int) Option
-	}{{keyMaxPayload, MaxPayload}, {keyWindow, PartitionWindow}} {
+	}{{keyMaxPayload, MaxPayload}, {keyWindow, PartitionWindow}, {keyPublishWindow, PublishWindow}} {
 		if n, ok := q.Int(k.key); ok {
 			k.o(n).apply(&cfg)
 		}
@@ -138,6 +149,7 @@ func parse(rawURL string, opts []Option) ([]string, config, error) {
 	}{
 		{keyLinger, Linger}, {keyDeliveryTimeout, DeliveryTimeout}, {keyRevokeTimeout, RevokeTimeout},
 		{keySessionTimeout, SessionTimeout}, {keyHeartbeat, Heartbeat}, {keyCommitInterval, CommitInterval},
+		{keyConnectTimeout, ConnectTimeout},
 	} {
 		if d, ok := q.Duration(k.key); ok {
 			k.o(d).apply(&cfg)
@@ -164,6 +176,9 @@ func parse(rawURL string, opts []Option) ([]string, config, error) {
 	if tc != nil {
 		TLS(tc).apply(&cfg)
 	}
+	if b, ok := q.Bool(keyPlaintextAuth); ok {
+		AllowPlaintextAuth(b).apply(&cfg)
+	}
 	if err := q.Err(); err != nil {
 		return nil, cfg, err
 	}
@@ -172,6 +187,10 @@ func parse(rawURL string, opts []Option) ([]string, config, error) {
 			return bad("nil Option")
 		}
 		o.apply(&cfg)
+	}
+	if cfg.err == nil && cfg.saslMech != saslNone && cfg.tls == nil && !cfg.plaintextAuth {
+		cfg.fail("SASL %s credentials would cross the network without TLS: set tls=true or tls_ca (or the TLS option), or %s=true (AllowPlaintextAuth) for a broker on this host or a trusted network",
+			cfg.saslMech, keyPlaintextAuth)
 	}
 	if err := cfg.check(); err != nil {
 		return nil, cfg, err
