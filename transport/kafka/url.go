@@ -3,10 +3,8 @@ package kafka
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -35,10 +33,7 @@ const (
 	keyCommitInterval  = "commit_interval"
 	keySASL            = "sasl"
 	keyTLS             = "tls"
-	keyTLSCA           = "tls_ca"
-	keyTLSCert         = "tls_cert"
-	keyTLSKey          = "tls_key"
-	keyTLSInsecure     = "tls_insecure"
+	keyTLSInsecure     = transport.KeyTLSInsecure
 	keyPlaintextAuth   = "allow_plaintext_auth"
 	keyConnectTimeout  = "connect_timeout"
 	keyPublishWindow   = "publish_window"
@@ -199,44 +194,19 @@ func parse(rawURL string, opts []Option) ([]string, config, error) {
 }
 
 // tlsFromQuery builds the TLS configuration the tls keys ask for, or nil
-// if they ask for none.
+// if they ask for none. The files are read as on every transport
+// ([transport.TLSFiles]).
 func tlsFromQuery(q *transport.Query) (*tls.Config, error) {
-	bad := func(format string, args ...any) (*tls.Config, error) {
-		return nil, fmt.Errorf("%w: kafka: "+format, append([]any{transport.ErrInvalidOption}, args...)...)
-	}
 	useTLS, _ := q.Bool(keyTLS)
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if insecure, ok := q.Bool(keyTLSInsecure); ok {
-		tc.InsecureSkipVerify = insecure //nolint:gosec // opt-in, documented as for tests only
-		useTLS = useTLS || insecure
-	}
-	if path, ok := q.String(keyTLSCA); ok {
-		pem, err := os.ReadFile(path)
-		if err != nil {
-			return bad("tls_ca: %v", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return bad("tls_ca %s holds no PEM certificate", path)
-		}
-		tc.RootCAs = pool
-		useTLS = true
-	}
-	cert, hasCert := q.String(keyTLSCert)
-	key, hasKey := q.String(keyTLSKey)
-	if hasCert != hasKey {
-		return bad("tls_cert and tls_key go together")
-	}
-	if hasCert {
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return bad("tls_cert/tls_key: %v", err)
-		}
-		tc.Certificates = []tls.Certificate{pair}
-		useTLS = true
-	}
-	if !useTLS {
+	insecure, _ := q.Bool(keyTLSInsecure)
+	files := q.TLSFiles()
+	if !useTLS && !insecure && !files.Any() {
 		return nil, nil
 	}
+	tc, err := files.Config()
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	tc.InsecureSkipVerify = insecure //nolint:gosec // opt-in, documented as for tests only
 	return tc, nil
 }
