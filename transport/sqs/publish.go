@@ -212,6 +212,15 @@ func (t *Transport) send(ctx context.Context, q *queueRef, items []sendItem) []e
 	out, err := t.client.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: &q.info.URL, Entries: entries})
 	if err != nil {
 		err = awsconf.Classify("sqs", "publish to "+q.info.Name, err)
+		if len(items) > 1 && errors.Is(err, transport.ErrTooLarge) {
+			// SQS counts the batch over its limit where the batcher did
+			// not: nothing was written. Send each message alone, so that
+			// only one that is too large by itself is refused as such.
+			for i := range items {
+				errs[i] = t.send(ctx, q, items[i:i+1])[0]
+			}
+			return errs
+		}
 		for i := range errs {
 			errs[i] = err
 		}
