@@ -74,7 +74,9 @@ type topicRef struct {
 //
 // An invalid URL or option returns an error wrapping
 // [transport.ErrInvalidOption] that names it. Credentials come from the AWS
-// configuration chain (or sqs.WithConfig), never from the URL. ctx bounds
+// configuration chain (or sqs.WithConfig), never from the URL; an http://
+// endpoint is refused unless allow_plaintext_auth=true
+// (sqs.AllowPlaintextAuth). ctx bounds
 // loading the shared configuration files; New makes no call to AWS.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
 	c, err := awsconf.Parse(Scheme, rawURL, opts)
@@ -89,8 +91,12 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 	if err != nil {
 		return nil, err
 	}
+	client := awssns.NewFromConfig(cfg)
+	if err := c.CheckPlaintext(cfg, client.Options().BaseEndpoint); err != nil {
+		return nil, err
+	}
 	return &Transport{
-		client: awssns.NewFromConfig(cfg),
+		client: client,
 		sqs:    q,
 		cfg:    c,
 		codec:  wire.Codec{IDAttribute: c.IDAttribute, NumberHeaders: c.NumberHeaders},

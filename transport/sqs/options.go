@@ -44,8 +44,21 @@ func Region(r string) Option { return awsconf.Region(r) }
 // http://127.0.0.1:4566. With package sns it is the endpoint of both SNS
 // and SQS. URL key: endpoint. Default: the SDK's resolution (including
 // AWS_ENDPOINT_URL_SQS and AWS_ENDPOINT_URL_SNS). An invalid endpoint is
-// reported without its text, which may carry user-info.
+// reported without its text, which may carry user-info. An http://
+// endpoint needs [AllowPlaintextAuth].
 func Endpoint(u string) Option { return awsconf.Endpoint(u) }
+
+// AllowPlaintextAuth, with allow true, lets the transport sign requests
+// with AWS credentials and send them to an http:// endpoint (an emulator
+// such as fauxqs or LocalStack), where anyone on the path reads the access
+// key ID, each request's signature (which can be replayed for minutes), any
+// session token, and the messages. Without it [New] refuses an http://
+// endpoint (from the URL, [Endpoint], [WithConfig]'s BaseEndpoint, or the
+// SDK's AWS_ENDPOINT_URL variables) unless the credentials are
+// aws.AnonymousCredentials, which sign nothing; use an https endpoint.
+// Use it for an emulator on this host or a trusted network only. URL key:
+// allow_plaintext_auth. Default: false.
+func AllowPlaintextAuth(allow bool) Option { return awsconf.AllowPlaintextAuth(allow) }
 
 // Profile selects a profile of the shared AWS config files. URL key:
 // profile. Ignored with [WithConfig].

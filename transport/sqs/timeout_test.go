@@ -30,7 +30,7 @@ const (
 func openAt(t *testing.T, endpoint string, opts ...sqs.Option) *sqs.Transport {
 	t.Helper()
 	cfg := aws.Config{Region: fauxqs.Region, Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
-	tr, err := sqs.New(context.Background(), "sqs://?call_timeout=500ms&wait=0s&endpoint="+url.QueryEscape(endpoint),
+	tr, err := sqs.New(context.Background(), "sqs://?allow_plaintext_auth=true&call_timeout=500ms&wait=0s&endpoint="+url.QueryEscape(endpoint),
 		append([]sqs.Option{sqs.WithConfig(cfg)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

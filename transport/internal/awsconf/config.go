@@ -46,6 +46,9 @@ type Config struct {
 	ContentDedupe bool
 	PublishCalls  int
 	CallTimeout   time.Duration
+	// PlaintextAuth lets signed requests go to an http:// endpoint
+	// ([AllowPlaintextAuth]).
+	PlaintextAuth bool
 	Sub           Sub
 
 	err    error
@@ -209,6 +212,11 @@ func CallTimeout(d time.Duration) Option {
 		}
 		c.CallTimeout = d
 	})
+}
+
+// AllowPlaintextAuth: see sqs.AllowPlaintextAuth.
+func AllowPlaintextAuth(allow bool) Option {
+	return optionFunc(func(c *Config) { c.PlaintextAuth = allow })
 }
 
 // Visibility: see sqs.Visibility.

@@ -19,6 +19,7 @@ const (
 	KeyContentDedupe      = "content_dedupe"
 	KeyPublishConcurrency = "publish_concurrency"
 	KeyCallTimeout        = "call_timeout"
+	KeyPlaintextAuth      = "allow_plaintext_auth"
 	KeyVisibility         = "visibility"
 	KeyMaxExtension       = "max_extension"
 	KeyWait               = "wait"
@@ -80,6 +81,9 @@ func Parse(scheme, rawURL string, opts []Option) (Config, error) {
 	}
 	if d, ok := q.Duration(KeyCallTimeout); ok {
 		CallTimeout(d).apply(&c)
+	}
+	if b, ok := q.Bool(KeyPlaintextAuth); ok {
+		AllowPlaintextAuth(b).apply(&c)
 	}
 	c.readSub(q)
 	if err := q.Err(); err != nil {
