@@ -12,6 +12,7 @@ import (
 // Defaults of a [Transport] made by [New] or opened by URL.
 const (
 	DefaultPublishConcurrency = awsconf.DefaultPublishCalls    // see [PublishConcurrency]
+	DefaultPublishWindow      = awsconf.DefaultPublishWindow   // see [PublishWindow]
 	DefaultCallTimeout        = awsconf.DefaultCallTimeout     // see [CallTimeout]
 	DefaultMaxExtension       = awsconf.DefaultMaxExtension    // see [MaxExtension]
 	DefaultWaitTime           = awsconf.DefaultWait            // see [WaitTime]
@@ -105,6 +106,13 @@ func ContentDedupe(on bool) Option { return awsconf.ContentDedupe(on) }
 // a time and uses it only for its SQS side (DLQ replay). URL key:
 // publish_concurrency. Default: 8.
 func PublishConcurrency(n int) Option { return awsconf.PublishConcurrency(n) }
+
+// PublishWindow bounds the messages accepted for one queue and not yet
+// confirmed by SQS: queued for a SendMessageBatch or in one. While it is
+// full, Publish, PublishAsync and PublishBatch wait for room (the
+// backpressure of [Transport.PublishAsync]). n must be at least 10, one
+// batch. URL key: publish_window. Default: 1024.
+func PublishWindow(n int) Option { return awsconf.PublishWindow(n) }
 
 // CallTimeout bounds every call to SQS (and SNS) the transport makes,
 // retries included: a publish, a resolve, a delete, a visibility change, a

@@ -41,6 +41,7 @@ type Transport struct {
 var (
 	_ transport.Transport      = (*Transport)(nil)
 	_ transport.BatchPublisher = (*Transport)(nil)
+	_ transport.AsyncPublisher = (*Transport)(nil)
 	_ transport.Declarer       = (*Transport)(nil)
 	_ transport.DLQNamer       = (*Transport)(nil)
 	_ transport.DeadLetters    = (*Transport)(nil)

@@ -18,6 +18,7 @@ const (
 	KeyNumberHeaders      = "number_headers"
 	KeyContentDedupe      = "content_dedupe"
 	KeyPublishConcurrency = "publish_concurrency"
+	KeyPublishWindow      = "publish_window"
 	KeyCallTimeout        = "call_timeout"
 	KeyPlaintextAuth      = "allow_plaintext_auth"
 	KeyVisibility         = "visibility"
@@ -78,6 +79,9 @@ func Parse(scheme, rawURL string, opts []Option) (Config, error) {
 	}
 	if n, ok := q.Int(KeyPublishConcurrency); ok {
 		PublishConcurrency(n).apply(&c)
+	}
+	if n, ok := q.Int(KeyPublishWindow); ok {
+		PublishWindow(n).apply(&c)
 	}
 	if d, ok := q.Duration(KeyCallTimeout); ok {
 		CallTimeout(d).apply(&c)
