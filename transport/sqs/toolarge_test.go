@@ -140,3 +140,25 @@ func TestBrokerTooLarge(t *testing.T) {
 		t.Fatalf("PublishBatch = %v; want the small one sent and the big one refused with ErrTooLarge", err)
 	}
 }
+
+// TestTooLargeBeforeSending: a message over the limit only with its
+// attributes counted (a binary payload under the payload limit whose
+// base64 body is over 1 MiB, or a payload at the limit with 9 KiB of
+// headers) is refused before any SendMessageBatch: against a server that
+// never answers one, Publish returns ErrTooLarge, not the call deadline's
+// unknown outcome.
+func TestTooLargeBeforeSending(t *testing.T) {
+	t.Parallel()
+	endpoint := fauxqs.ForTest(t).Mute(t, "SendMessageBatch")
+	tr := openAt(t, endpoint)
+	name := transporttest.UniqueName(t, "before")
+	for what, m := range map[string]*handler.Message{
+		"binary 800 KiB": {ID: "b", Topic: name, Payload: bytes.Repeat([]byte{0xff}, 800<<10)},
+		"headers 9 KiB":  {ID: "h", Topic: name, Payload: bytes.Repeat([]byte("p"), sqs.MaxMessageSize-8<<10), Headers: map[string]string{"pad": strings.Repeat("h", 9<<10)}},
+	} {
+		err := tr.Publish(context.Background(), m)
+		if !errors.Is(err, transport.ErrTooLarge) || errors.Is(err, transport.ErrUnknownOutcome) {
+			t.Errorf("%s: Publish = %v; want ErrTooLarge before sending", what, err)
+		}
+	}
+}
