@@ -71,7 +71,7 @@ func init() {
 			Find:    `	if size := enc.Size(); size > q.info.MaxSize {`,
 			Replace: `	if size := len(m.Payload); size > q.info.MaxSize {`,
 			More: []Edit{
-				{File: "transport/sqs/errors.go", Find: `	return target == transport.ErrTooLarge && awsconf.TooLarge(e.Code, e.Message)`, Replace: `	return false`},
+				{File: "transport/sqs/errors.go", Find: `	return target == transport.ErrTooLarge && awsconf.TooLarge(e.Code, e.Message)`, Replace: `	return false && awsconf.TooLarge(e.Code, e.Message)`},
 				{File: "transport/internal/awsconf/errors.go", Find: `		if TooLarge(ae.ErrorCode(), ae.ErrorMessage()) {`, Replace: `		if false {`},
 			},
 			Run:  "^TestRouterDeadLetterNearLimit$",

@@ -68,7 +68,7 @@ func TestRouterDeadLetterNearLimit(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	got := fauxqs.WaitDLQ(t, tr, dlq, 1)
+	fauxqs.WaitDLQ(t, tr, dlq, 1)
 	time.Sleep(3 * time.Second) // a looping message would come back a lease (1 s) later
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -76,7 +76,8 @@ func TestRouterDeadLetterNearLimit(t *testing.T) {
 	if n := calls.Load(); n != 3 {
 		t.Errorf("the handler ran %d times; want the retry budget's 3, then the dead letter", n)
 	}
-	if got = fauxqs.WaitDLQ(t, tr, dlq, 1); len(got) != 1 {
+	got := fauxqs.WaitDLQ(t, tr, dlq, 1)
+	if len(got) != 1 {
 		t.Fatalf("DLQ %s holds %d messages; want the one dead letter", dlq, len(got))
 	}
 	dl := got[0]

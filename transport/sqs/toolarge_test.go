@@ -71,7 +71,7 @@ func TestRouterDeadLetterNearLimit(t *testing.T) {
 		return errors.New("downstream unavailable")
 	}))
 	stop := routertest.Run(t, tr, "billing", name, h)
-	got := fauxqs.WaitDLQ(t, tr, dlq, 1)
+	fauxqs.WaitDLQ(t, tr, dlq, 1)
 	// A looping message would come back one lease (1 s) later: wait three.
 	time.Sleep(3 * time.Second)
 	if err := stop(); err != nil {
@@ -80,7 +80,8 @@ func TestRouterDeadLetterNearLimit(t *testing.T) {
 	if n := calls.Load(); n != 3 {
 		t.Errorf("the handler ran %d times; want the retry budget's 3, then the dead letter", n)
 	}
-	if got = fauxqs.WaitDLQ(t, tr, dlq, 1); len(got) != 1 {
+	got := fauxqs.WaitDLQ(t, tr, dlq, 1)
+	if len(got) != 1 {
 		t.Fatalf("DLQ %s holds %d messages; want the one dead letter", dlq, len(got))
 	}
 	dl := got[0]
