@@ -53,7 +53,8 @@ func init() {
 			Find: `	case id == "":
 		return nil, fmt.Errorf("%w: Message.ID is empty: a reader would take the SQS MessageId instead, and dedupe needs an ID of the event", transport.ErrInvalidMessage)
 `,
-			Replace: ``,
+			Replace: `	case id == "":
+`,
 			Run:     "^TestConformance$/^InvalidMessage$",
 			Want:    "empty ID: accepted, but came back with ID",
 		},
