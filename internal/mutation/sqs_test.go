@@ -103,6 +103,14 @@ func init() {
 			Want:    "want ErrInvalidOption naming 127.0.0.1:4566 and allow_plaintext_auth",
 		},
 		{
+			Name: "keyless-group-hashed", // a keyless FIFO message with an odd ID gets a hashed group, read back as its Key
+			Pkg:  "./transport/sqs", File: "transport/sqs/wire/wire.go",
+			Find:    `		group = NoKeyGroupPrefix + hex.EncodeToString(sum[:])`,
+			Replace: `		group = hex.EncodeToString(sum[:])`,
+			Run:     "^TestFIFOKeylessOddID$",
+			Want:    "came back with Key",
+		},
+		{
 			Name: "deadline-without-host", // a call that times out does not say which host it waited for
 			Pkg:  "./transport/sqs", File: "transport/internal/awsconf/load.go",
 			Find:    `			err = fmt.Errorf("%s %s: no answer from %s within %s: %w", svc, op, host, d, err)`,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"maps"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -31,6 +32,9 @@ func FuzzRoundTrip(f *testing.F) {
 	f.Add("id", "key\uFFFE", []byte("p"), "h", "v\uFFFF", "h2", "\uFFFE", 0, true, true)
 	f.Add("id", "key", []byte("-"), "ferry-body-encoding", "base64", "ferry-key", "k", 11, true, false)
 	f.Add("id", "k", []byte("12.5"), "total", "12.5", "qty", "x", 0, true, true)
+	// A keyless FIFO message whose ID is not a valid group ID (a space):
+	// fuzzing found its group read back as a Key.
+	f.Add("evt 1", "", []byte("p"), "", "", "", "", 0, false, false)
 	f.Fuzz(func(t *testing.T, id, key string, payload []byte, k1, v1, k2, v2 string, extra int, keyAttr, numbers bool) {
 		m := &handler.Message{ID: id, Key: key, Topic: "q", Payload: payload, Headers: map[string]string{}}
 		if k1 != "" || v1 != "" {
@@ -85,6 +89,11 @@ func FuzzRoundTrip(f *testing.F) {
 		if keyAttr && dec.Key != key {
 			t.Fatalf("round trip: Key %q, want %q", dec.Key, key)
 		}
+		if group, dedupe, ka := wire.FIFOFields(key, id); !validGroup(group) || !validGroup(dedupe) {
+			t.Fatalf("FIFOFields(%q, %q) = %q, %q: not valid MessageGroupId and MessageDeduplicationId", key, id, group, dedupe)
+		} else if !ka && readerKey(group) != key {
+			t.Fatalf("FIFOFields(%q, %q): group %q without the Key attribute reads back as Key %q", key, id, group, readerKey(group))
+		}
 		if len(dec.Headers) != len(m.Headers) || !maps.Equal(dec.Headers, m.Headers) && len(m.Headers) > 0 {
 			t.Fatalf("round trip: headers %q, want %q", dec.Headers, m.Headers)
 		}
@@ -124,6 +133,29 @@ func headersValid(h map[string]string) bool {
 					return false
 				}
 			}
+		}
+	}
+	return true
+}
+
+// readerKey is the Key a reader takes from a FIFO message's MessageGroupId
+// when it has no Key attribute (package sqs's rule).
+func readerKey(group string) string {
+	if strings.HasPrefix(group, wire.NoKeyGroupPrefix) {
+		return ""
+	}
+	return group
+}
+
+// validGroup reports whether SQS accepts s as a MessageGroupId or
+// MessageDeduplicationId: 1 to 128 of ASCII '!' to '~'.
+func validGroup(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '!' || s[i] > '~' {
+			return false
 		}
 	}
 	return true
