@@ -120,3 +120,28 @@ func init() {
 		},
 	})
 }
+
+// The SNS transport's mutants, on the same emulator.
+func init() {
+	register("sns", []Mutant{
+		{
+			Name: "broker-too-large-unknown", // sizes counted without attributes, and SNS's own refusal for size not ErrTooLarge: the dead letter loops
+			Pkg:  "./transport/sns", File: "transport/sns/publish.go",
+			Find:    `	if size := enc.Size(); size > MaxMessageSize {`,
+			Replace: `	if size := len(m.Payload); size > MaxMessageSize {`,
+			More: []Edit{
+				{File: "transport/internal/awsconf/errors.go", Find: `		if TooLarge(ae.ErrorCode(), ae.ErrorMessage()) {`, Replace: `		if false {`},
+			},
+			Run:  "^TestRouterDeadLetterNearLimit$",
+			Want: "want the retry budget's 3, then the dead letter",
+		},
+		{
+			Name: "window-unbounded", // PublishAsync never waits: publish_window is ignored
+			Pkg:  "./transport/sns", File: "transport/sns/publish.go",
+			Find:    `		MaxPending: t.cfg.PublishWindow},`,
+			Replace: `		MaxPending: 1 << 20},`,
+			Run:     "^TestPublishAsyncWindow$",
+			Want:    "want ctx's deadline error",
+		},
+	})
+}
