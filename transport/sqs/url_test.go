@@ -86,7 +86,7 @@ func TestOpenURL(t *testing.T) {
 	t.Setenv("AWS_CONFIG_FILE", conf)
 	ctx := context.Background()
 	tr, err := transport.Open(ctx, "sqs://orders?region=us-east-1&endpoint="+srv.URL+"&profile=ferrytest&create=true"+
-		"&id_attribute=ferry-id&number_headers=total,qty&content_dedupe=false&publish_concurrency=4&call_timeout=10s"+
+		"&id_attribute=ferry-id&number_headers=total,qty&content_dedupe=false&publish_concurrency=4&publish_window=100&call_timeout=10s"+
 		"&visibility=5s&max_extension=10m&wait=1s&pollers=2&max_in_flight=50&dlq=orders-dlq&max_receive_count=4&allow_plaintext_auth=true")
 	if err != nil {
 		t.Fatal(err)
