@@ -45,6 +45,7 @@ func TestNewRefuses(t *testing.T) {
 		"empty dlq":          {url: ok + "&dlq=", says: "dlq"},
 		"dlq name":           {url: ok + "&dlq=orders.dlq", says: "DeadLetterQueue"},
 		"pollers":            {url: ok + "&pollers=0", says: "Pollers"},
+		"publish_window":     {url: ok + "&publish_window=5", says: "PublishWindow"},
 		"scheme":             {url: "sns://?region=us-east-1", says: "scheme"},
 		"nil logger":         {url: ok, opts: []sqs.Option{sqs.WithLogger(nil)}, says: "WithLogger"},
 		"nil option":         {url: ok, opts: []sqs.Option{nil}, says: "nil Option"},
