@@ -111,6 +111,14 @@ func init() {
 			Want:    "came back with Key",
 		},
 		{
+			Name: "auth-not-wrapped", // a call refused for its credentials is a plain error, not sqs.ErrAuth
+			Pkg:  "./transport/sqs", File: "transport/internal/awsconf/load.go",
+			Find:    `	err = authError(err)`,
+			Replace: `	_ = authError`,
+			Run:     "^TestAuthRefused$",
+			Want:    "want an error wrapping sqs.ErrAuth",
+		},
+		{
 			Name: "deadline-without-host", // a call that times out does not say which host it waited for
 			Pkg:  "./transport/sqs", File: "transport/internal/awsconf/load.go",
 			Find:    `			err = fmt.Errorf("%s %s: no answer from %s within %s: %w", svc, op, host, d, err)`,

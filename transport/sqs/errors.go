@@ -12,6 +12,12 @@ import (
 	"github.com/ferrymq/ferry/transport/internal/awsconf"
 )
 
+// ErrAuth is wrapped by the error of any call that AWS refused for its
+// credentials or permissions (an unknown or expired access key, a bad
+// signature, access denied), from this transport, package sns and the
+// clients of [Transport.Client]. Nothing was written.
+var ErrAuth = awsconf.ErrAuth
+
 // EntryError is the error for one message of a SendMessageBatch (or an SNS
 // PublishBatch) that the service refused. Nothing was written for it.
 type EntryError struct {

@@ -10,6 +10,30 @@ import (
 	"github.com/ferrymq/ferry/transport"
 )
 
+// ErrAuth is wrapped by the error of any call that AWS refused for its
+// credentials or permissions: an unknown or expired access key, a bad
+// signature, access denied. Package sqs exports it as sqs.ErrAuth.
+var ErrAuth = errors.New("aws: credentials or permissions refused")
+
+// authCodes are the error codes of SQS's and SNS's refusals for
+// credentials or permissions (AWS's common errors).
+var authCodes = map[string]bool{
+	"InvalidClientTokenId": true, "UnrecognizedClientException": true, "SignatureDoesNotMatch": true,
+	"IncompleteSignature": true, "MissingAuthenticationToken": true, "InvalidAccessKeyId": true,
+	"ExpiredToken": true, "ExpiredTokenException": true, "InvalidSecurity": true, "AuthFailure": true,
+	"AccessDenied": true, "AccessDeniedException": true, "AuthorizationError": true,
+}
+
+// authError wraps err with ErrAuth when AWS refused the call for its
+// credentials or permissions.
+func authError(err error) error {
+	var ae smithy.APIError
+	if err != nil && errors.As(err, &ae) && authCodes[ae.ErrorCode()] && !errors.Is(err, ErrAuth) {
+		return fmt.Errorf("%w: %w", ErrAuth, err)
+	}
+	return err
+}
+
 // Classify wraps a failed publish call: a client fault the service answered
 // (bad parameter, missing queue, access denied) means nothing was written;
 // anything else (no answer within the call timeout, a lost connection, a

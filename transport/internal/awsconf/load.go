@@ -104,7 +104,8 @@ const deadlineID = "ferry/CallDeadline"
 // ends it sooner. When the deadline (not the caller's ctx) ends an
 // operation, the error names the service, the operation and the host, and
 // wraps context.DeadlineExceeded. Adding it to a stack that has it already
-// does nothing.
+// does nothing. A call refused for its credentials or permissions wraps
+// [ErrAuth].
 func WithCallDeadline(d time.Duration, cfg aws.Config) func(*middleware.Stack) error {
 	fallback := ""
 	if cfg.BaseEndpoint != nil {
@@ -142,6 +143,7 @@ func (m callDeadline) HandleInitialize(ctx context.Context, in middleware.Initia
 	defer cancel()
 	h := new(string)
 	out, md, err := next.HandleInitialize(context.WithValue(tctx, hostKey{}, h), in)
+	err = authError(err)
 	if err != nil && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded) {
 		svc, op := middleware.GetServiceID(ctx), middleware.GetOperationName(ctx)
 		host := *h
