@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,6 +136,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 	payload := benchPayload()
 	sides := []string{"raw", "async", "batch", "sync"}
 	rates := make(map[string][]float64)
+	cpus := make(map[string][]float64) // client CPU µs per message
 	b.ResetTimer()
 	for r := range benchRounds {
 		b.StopTimer()
@@ -161,6 +163,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		for i := range sides {
 			s := sides[(i+r)%len(sides)]
 			var took time.Duration
+			c0 := cpuTime()
 			switch s {
 			case "raw":
 				took = publishRawSDK(b, c, queues[s].URL, msgs[s])
@@ -171,6 +174,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 			case "sync":
 				took = publishFerrySync(b, tr, msgs[s])
 			}
+			cpus[s] = append(cpus[s], float64((cpuTime()-c0).Microseconds())/benchMsgs)
 			rates[s] = append(rates[s], benchMsgs/took.Seconds())
 		}
 		b.StopTimer()
@@ -189,6 +193,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 	b.StopTimer()
 	for _, s := range sides {
 		b.ReportMetric(median(rates[s]), s+"-msgs/s")
+		b.ReportMetric(median(cpus[s]), s+"-cpu-µs/msg")
 		if s != "raw" {
 			b.ReportMetric(median(ratios(rates[s], rates["raw"])), s+"/raw")
 		}
@@ -259,6 +264,7 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 	ctx := context.Background()
 	sides := []string{"raw", "router", "router100"}
 	rates := make(map[string][]float64)
+	cpus := make(map[string][]float64) // client CPU µs per message
 	b.ResetTimer()
 	for r := range benchRounds {
 		for i := range sides {
@@ -272,6 +278,7 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 			fill(b, c, info.URL, benchMsgs)
 			b.StartTimer()
 			var took time.Duration
+			c0 := cpuTime()
 			switch s {
 			case "raw":
 				start := time.Now()
@@ -283,6 +290,7 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 				took = consumeRouter(b, tr, name, benchMsgs, ferry.MaxInFlight(100))
 			}
 			b.StopTimer()
+			cpus[s] = append(cpus[s], float64((cpuTime()-c0).Microseconds())/benchMsgs)
 			rates[s] = append(rates[s], benchMsgs/took.Seconds())
 			if left := queueDepth(b, c, info.URL); left != 0 {
 				b.Errorf("%s: %d messages left", s, left)
@@ -294,6 +302,7 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 	b.StopTimer()
 	for _, s := range sides {
 		b.ReportMetric(median(rates[s]), s+"-msgs/s")
+		b.ReportMetric(median(cpus[s]), s+"-cpu-µs/msg")
 		if s != "raw" {
 			b.ReportMetric(median(ratios(rates[s], rates["raw"])), s+"/raw")
 		}
@@ -323,4 +332,13 @@ func rounded(xs []float64) []int {
 		out[i] = int(x)
 	}
 	return out
+}
+
+// cpuTime is the CPU time this process (the client; fauxqs is another
+// process) has used, user and system: a figure the machine's load
+// disturbs far less than a rate.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
