@@ -245,7 +245,7 @@ var brokers = []broker{
 		srv := fauxqs.ForTest(tb)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		t, err := sqs.New(ctx, "sqs://", sqs.WithConfig(srv.Config()), sqs.WaitTime(time.Second))
+		t, err := sqs.New(ctx, "sqs://", sqs.WithConfig(srv.Config()), sqs.AllowPlaintextAuth(true), sqs.WaitTime(time.Second))
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -256,7 +256,7 @@ var brokers = []broker{
 		srv := fauxqs.ForTest(tb)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		t, err := sns.New(ctx, "sns://", sqs.WithConfig(srv.Config()), sqs.WaitTime(time.Second))
+		t, err := sns.New(ctx, "sns://", sqs.WithConfig(srv.Config()), sqs.AllowPlaintextAuth(true), sqs.WaitTime(time.Second))
 		if err != nil {
 			tb.Fatal(err)
 		}

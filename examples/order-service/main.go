@@ -65,8 +65,8 @@
 //	-url mqtt://127.0.0.1:1883
 //	-url nats://127.0.0.1:4222                    (nats-server -js)
 //	-url kafka://127.0.0.1:9092                   (go run ./internal/kfakeserver -port 9092)
-//	-url 'sqs://?region=us-east-1&endpoint=http://127.0.0.1:4566'   (an emulator, see below)
-//	-url 'sns://?region=us-east-1&endpoint=http://127.0.0.1:4566'
+//	-url 'sqs://?region=us-east-1&endpoint=http://127.0.0.1:4566&allow_plaintext_auth=true'   (an emulator, see below)
+//	-url 'sns://?region=us-east-1&endpoint=http://127.0.0.1:4566&allow_plaintext_auth=true'
 //
 // MQTT: Mosquitto keeps at most max_queued_messages (1000 by default)
 // QoS 1 messages for a session that falls behind, and silently drops the

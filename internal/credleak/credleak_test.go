@@ -234,10 +234,11 @@ func newCases() []leakCase {
 		{"sqs", func(t *testing.T, ctx context.Context, lg *slog.Logger) []error {
 			srv := fauxqs.ForTest(t)
 			end := strings.Replace(srv.URL, "http://", "http://"+user+":"+inner+"@", 1)
-			short := []sqs.Option{sqs.WithLogger(lg), sqs.CallTimeout(3 * time.Second)}
+			short := []sqs.Option{sqs.WithLogger(lg), sqs.CallTimeout(3 * time.Second), sqs.AllowPlaintextAuth(true)}
 			_, e1 := sqs.New(ctx, "sqs://?region=eu-west-1&endpoint="+end+"&token="+token, short...)
 			_, e2 := sqs.New(ctx, "sqs://?region=eu-west-1&endpoint="+end+"&visibility="+value, short...)
 			_, e3 := transport.Open(ctx, "sqs://"+user+":"+pass+"@x?region=eu-west-1")
+			_, plain := sqs.New(ctx, "sqs://?region=eu-west-1&endpoint="+end, sqs.WithLogger(lg)) // refused: http:// without the opt-in
 			var e4 error
 			if tr, err := sqs.New(ctx, "sqs://?region=eu-west-1&endpoint=http://"+user+":"+inner+"@"+refused(t), short...); err != nil {
 				e4 = err
@@ -249,12 +250,12 @@ func newCases() []leakCase {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return append([]error{e1, e2, e3, e4, subscribeBad(ctx, tr, transporttest.UniqueName(t, "leak"))}, closedPublish(ctx, tr, "q")...)
+			return append([]error{e1, e2, e3, e4, plain, subscribeBad(ctx, tr, transporttest.UniqueName(t, "leak"))}, closedPublish(ctx, tr, "q")...)
 		}},
 		{"sns", func(t *testing.T, ctx context.Context, lg *slog.Logger) []error {
 			srv := fauxqs.ForTest(t)
 			end := strings.Replace(srv.URL, "http://", "http://"+user+":"+inner+"@", 1)
-			short := []sns.Option{sqs.WithLogger(lg), sqs.CallTimeout(3 * time.Second)}
+			short := []sns.Option{sqs.WithLogger(lg), sqs.CallTimeout(3 * time.Second), sqs.AllowPlaintextAuth(true)}
 			_, e1 := sns.New(ctx, "sns://?region=eu-west-1&endpoint="+end+"&token="+token, short...)
 			_, e2 := transport.Open(ctx, "sns://"+user+":"+pass+"@x?region=eu-west-1")
 			var e3 error

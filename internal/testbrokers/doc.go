@@ -3,7 +3,7 @@
 // the ones the tests run.
 //
 // [URL] takes a URL as documented (mqtt://127.0.0.1:1883,
-// kafka://127.0.0.1:9092, sqs://?region=us-east-1&endpoint=http://127.0.0.1:4566)
+// kafka://127.0.0.1:9092, sqs://?region=us-east-1&endpoint=http://127.0.0.1:4566&allow_plaintext_auth=true)
 // and returns the same URL pointed at a broker the test can use: the
 // shared servers on 127.0.0.1 for Redis, RabbitMQ and NATS (checked reachable),
 // an in-process kfake cluster for Kafka, a private Mosquitto with

@@ -47,6 +47,7 @@ func URL(tb testing.TB, docURL string) string {
 		srv := fauxqs.ForTest(tb)
 		q := u.Query()
 		q.Set("endpoint", srv.URL)
+		q.Set("allow_plaintext_auth", "true") // the emulator is http://127.0.0.1
 		u.RawQuery = q.Encode()
 		emulatorCredentials()
 	default:

@@ -63,14 +63,16 @@ func TestDeclareIsStream(t *testing.T) {
 }
 
 // TestNewRefuses: sns:// takes the keys of sqs:// and the same rule (a
-// repeated or unknown key is refused, naming it); Subscription.Options take
+// repeated or unknown key is refused, naming it, and so is an http://
+// endpoint without allow_plaintext_auth=true); Subscription.Options take
 // this package's keys and package sqs's subscriber keys.
 func TestNewRefuses(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "test")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
 	ctx := context.Background()
 	for _, bad := range []string{"sns://?region=us-east-1&region=eu-west-1", "sns://?region=us-east-1&colour=blue",
-		"sns://AKIA:s3cret@x?region=us-east-1", "sqs://?region=us-east-1"} {
+		"sns://AKIA:s3cret@x?region=us-east-1", "sqs://?region=us-east-1",
+		"sns://?region=us-east-1&endpoint=http://127.0.0.1:4566"} {
 		_, err := sns.New(ctx, bad)
 		if !errors.Is(err, transport.ErrInvalidOption) || !strings.Contains(err.Error(), "sns:") || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("New(%q) = %v; want ErrInvalidOption from sns, without the secret", bad, err)
@@ -97,7 +99,7 @@ func TestCallTimeout(t *testing.T) {
 	const timeout, within = 500 * time.Millisecond, 2500 * time.Millisecond
 	openAt := func(endpoint string) *sns.Transport {
 		cfg := aws.Config{Region: fauxqs.Region, Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
-		tr, err := sns.New(context.Background(), "sns://?call_timeout=500ms&endpoint="+url.QueryEscape(endpoint), sqs.WithConfig(cfg))
+		tr, err := sns.New(context.Background(), "sns://?allow_plaintext_auth=true&call_timeout=500ms&endpoint="+url.QueryEscape(endpoint), sqs.WithConfig(cfg))
 		if err != nil {
 			t.Fatal(err)
 		}

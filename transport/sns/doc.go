@@ -25,9 +25,11 @@
 // # URLs
 //
 // sns://[label]?key=value&…, with exactly the keys of an sqs:// URL (see
-// package sqs): region, endpoint (for SNS and SQS both), profile, create,
-// id_attribute, number_headers, content_dedupe, publish_concurrency,
-// call_timeout, and the subscriber keys visibility, max_extension, wait,
+// package sqs): region, endpoint (for SNS and SQS both),
+// allow_plaintext_auth (an http:// endpoint is refused without it), profile,
+// create, id_attribute, number_headers, content_dedupe,
+// publish_concurrency, publish_window (the window of
+// [Transport.PublishAsync] per topic), call_timeout, and the subscriber keys visibility, max_extension, wait,
 // pollers, max_in_flight, dlq and max_receive_count, which apply to the
 // groups' queues. The options are package sqs's ([Option] is sqs.Option):
 // one set of options, parsed by one parser, for both transports.

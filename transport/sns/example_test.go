@@ -16,7 +16,7 @@ import (
 // endpoint serves both SNS and SQS.
 func Example_openFromURL() {
 	ctx := context.Background()
-	t, err := transport.Open(ctx, "sns://orders?region=us-east-1&endpoint=http://127.0.0.1:4566&visibility=30s")
+	t, err := transport.Open(ctx, "sns://orders?region=us-east-1&endpoint=http://127.0.0.1:4566&allow_plaintext_auth=true&visibility=30s")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func ExampleNew() {
 // the orders topic with only the orders over 500.
 func ExampleTransport_Fanout() {
 	ctx := context.Background()
-	t, err := sns.New(ctx, "sns://orders?region=us-east-1&endpoint=http://127.0.0.1:4566")
+	t, err := sns.New(ctx, "sns://orders?region=us-east-1&endpoint=http://127.0.0.1:4566&allow_plaintext_auth=true")
 	if err != nil {
 		log.Fatal(err)
 	}

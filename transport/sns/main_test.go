@@ -19,7 +19,7 @@ func open(tb testing.TB, opts ...sns.Option) *sns.Transport {
 	srv := fauxqs.ForTest(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	tr, err := sns.New(ctx, "sns://", append([]sns.Option{sqs.WithConfig(srv.Config()), sqs.WaitTime(time.Second)}, opts...)...)
+	tr, err := sns.New(ctx, "sns://", append([]sns.Option{sqs.WithConfig(srv.Config()), sqs.AllowPlaintextAuth(true), sqs.WaitTime(time.Second)}, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

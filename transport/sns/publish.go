@@ -2,6 +2,7 @@ package sns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/batch"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/internal/awsconf"
 	"github.com/ferrymq/ferry/transport/sqs"
@@ -49,96 +51,180 @@ func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
 	return nil
 }
 
-// PublishBatch publishes msgs with PublishBatch calls of up to ten messages
-// per topic (in order, one call at a time per topic, so FIFO groups keep
-// their order). It returns nil or a *[transport.BatchError] with one entry
-// per message; an entry SNS refused has an *[sqs.EntryError].
+// pubItem is one message ready for an SNS PublishBatch.
+type pubItem struct {
+	entry snstypes.PublishBatchRequestEntry
+	size  int // body and attributes, as SNS counts them
+}
+
+// newSender returns the batcher that coalesces r's PublishAsync and
+// PublishBatch messages into PublishBatch calls of up to ten messages and
+// 256 KiB: an idle topic sends at once; while a call is in flight messages
+// gather, and further calls (up to PublishConcurrency, one on a FIFO topic,
+// which keeps a group's order across batches) start only with full
+// batches.
+func (t *Transport) newSender(r *topicRef) (*batch.Batcher[pubItem], error) {
+	calls := t.cfg.PublishCalls
+	if r.fifo {
+		calls = 1
+	}
+	return batch.New(batch.Options{MaxItems: 10, MaxBytes: MaxMessageSize, MaxHandlers: calls, MaxPartialHandlers: 1,
+		MaxPending: t.cfg.PublishWindow},
+		func(it pubItem) int { return it.size },
+		func(ctx context.Context, items []pubItem) []error { return t.sendBatch(ctx, r, items) })
+}
+
+// sendBatch is one PublishBatch of items to r, and each item's outcome.
+func (t *Transport) sendBatch(ctx context.Context, r *topicRef, items []pubItem) []error {
+	entries := make([]snstypes.PublishBatchRequestEntry, len(items))
+	for i, it := range items {
+		entries[i] = it.entry
+		entries[i].Id = aws.String(strconv.Itoa(i))
+	}
+	errs := make([]error, len(items))
+	out, err := t.client.PublishBatch(ctx, &awssns.PublishBatchInput{TopicArn: &r.arn, PublishBatchRequestEntries: entries})
+	if err != nil {
+		err = awsconf.Classify("sns", "publish batch to "+r.name, err)
+		if len(items) > 1 && errors.Is(err, transport.ErrTooLarge) {
+			// SNS counts the batch over its limit: nothing was written.
+			// Send each alone, so that only one too large by itself is
+			// refused as such.
+			for i := range items {
+				errs[i] = t.sendBatch(ctx, r, items[i:i+1])[0]
+			}
+			return errs
+		}
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	seen := make([]bool, len(items))
+	for _, s := range out.Successful {
+		if i, e := strconv.Atoi(aws.ToString(s.Id)); e == nil && i < len(items) {
+			seen[i] = true
+		}
+	}
+	for _, f := range out.Failed {
+		if i, e := strconv.Atoi(aws.ToString(f.Id)); e == nil && i < len(items) {
+			seen[i] = true
+			errs[i] = &sqs.EntryError{Queue: r.name, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+		}
+	}
+	for i, ok := range seen {
+		if !ok {
+			errs[i] = fmt.Errorf("sns: publish to %s: %w: entry missing from the response", r.name, transport.ErrUnknownOutcome)
+		}
+	}
+	return errs
+}
+
+// PublishAsync hands m to its topic's publish window and returns once it
+// is accepted; done is called exactly once, later, with m's own result:
+// nil when SNS accepted it, an *[sqs.EntryError] when SNS refused its
+// entry (wrapping [transport.ErrTooLarge] for its size), an error wrapping
+// [transport.ErrUnknownOutcome] when the PublishBatch carrying it got no
+// answer. The messages accepted for a topic go out in PublishBatch calls
+// of up to ten messages (and 256 KiB), up to sqs.PublishConcurrency calls
+// at once on a standard topic, one at a time on a FIFO topic.
+//
+// At most sqs.PublishWindow messages per topic (1024 by default) are
+// accepted and unconfirmed; while the window is full PublishAsync waits
+// for room or for ctx to end, and then returns an error wrapping ctx.Err()
+// and done is not called. The first message to a topic waits for the topic
+// to be resolved (or created). A message Publish would refuse is refused
+// here the same way; after Close PublishAsync returns an error wrapping
+// [transport.ErrClosed]; a nil done is an error wrapping
+// [transport.ErrInvalidOption].
+//
+// On a FIFO topic messages are written in the order PublishAsync accepted
+// them, so per-key order holds for keys published from one goroutine. The
+// caller must not modify m until done is called; done runs on the
+// transport's publishing goroutine and must not block. ctx bounds only the
+// wait for room: an accepted message is published whatever becomes of
+// ctx, within sqs.CallTimeout.
+func (t *Transport) PublishAsync(ctx context.Context, m *handler.Message, done func(error)) error {
+	if done == nil {
+		return fmt.Errorf("%w: sns: PublishAsync with a nil done", transport.ErrInvalidOption)
+	}
+	if t.closed.Load() {
+		return fmt.Errorf("sns: publish to %s: %w", m.Topic, transport.ErrClosed)
+	}
+	r, err := t.resolve(ctx, m.Topic)
+	if err != nil {
+		return err
+	}
+	in, err := t.encode(r, m)
+	if err != nil {
+		return err
+	}
+	it := pubItem{
+		entry: snstypes.PublishBatchRequestEntry{Message: in.Message, MessageAttributes: in.MessageAttributes,
+			MessageGroupId: in.MessageGroupId, MessageDeduplicationId: in.MessageDeduplicationId},
+		size: len(aws.ToString(in.Message)) + attrSize(in.MessageAttributes),
+	}
+	err = r.send.Submit(ctx, it, done)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, batch.ErrClosed):
+		return fmt.Errorf("sns: publish to %s: %w", m.Topic, transport.ErrClosed)
+	}
+	return fmt.Errorf("sns: publish to %s: the window of %d messages is full: %w", m.Topic, t.cfg.PublishWindow, err)
+}
+
+// Flush waits until every message accepted before the call by
+// PublishAsync or PublishBatch has had its result, or ctx ends (an error
+// wrapping ctx.Err()).
+func (t *Transport) Flush(ctx context.Context) error {
+	for _, r := range t.senders() {
+		if err := r.send.Flush(ctx); err != nil {
+			return fmt.Errorf("sns: flush %s: %w", r.name, err)
+		}
+	}
+	return nil
+}
+
+// PublishBatch publishes msgs through the publish window (PublishAsync, in
+// order), so that they share PublishBatch calls of up to ten messages per
+// topic, several calls concurrently on a standard topic and one at a time
+// on a FIFO topic (FIFO groups keep their order), and waits for every
+// result. It returns nil or a *[transport.BatchError] with one entry per
+// message: a message refused before sending has Publish's error; an entry
+// SNS refused has an *[sqs.EntryError]. A ctx that ends while PublishBatch
+// waits for room fails the messages not yet accepted with ctx's error.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
 	errs := make([]error, len(msgs))
-	failed := false
-	byTopic := map[string][]int{}
-	var order []string
-	for i, m := range msgs {
-		if _, ok := byTopic[m.Topic]; !ok {
-			order = append(order, m.Topic)
-		}
-		byTopic[m.Topic] = append(byTopic[m.Topic], i)
-	}
-	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for _, topic := range order {
-		idx := byTopic[topic]
+	var wg sync.WaitGroup
+	failed := false
+	set := func(i int, err error) {
+		mu.Lock()
+		errs[i], failed = err, true
+		mu.Unlock()
+	}
+	for i, m := range msgs {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			set := func(i int, err error) {
-				mu.Lock()
-				errs[i], failed = err, true
-				mu.Unlock()
-			}
-			r, err := t.resolve(ctx, topic)
+		err := t.PublishAsync(ctx, m, func(err error) {
 			if err != nil {
-				for _, i := range idx {
-					set(i, err)
-				}
-				return
+				set(i, err)
 			}
-			var entries []snstypes.PublishBatchRequestEntry
-			var which []int
-			size := 0
-			flush := func() {
-				if len(entries) == 0 {
-					return
-				}
-				out, err := t.client.PublishBatch(ctx, &awssns.PublishBatchInput{TopicArn: &r.arn, PublishBatchRequestEntries: entries})
-				if err != nil {
-					err = awsconf.Classify("sns", "publish batch to "+topic, err)
-					for _, i := range which {
-						set(i, err)
-					}
-				} else {
-					seen := make([]bool, len(which))
-					for _, s := range out.Successful {
-						if j, e := strconv.Atoi(aws.ToString(s.Id)); e == nil && j < len(which) {
-							seen[j] = true
-						}
-					}
-					for _, f := range out.Failed {
-						if j, e := strconv.Atoi(aws.ToString(f.Id)); e == nil && j < len(which) {
-							seen[j] = true
-							set(which[j], &sqs.EntryError{Queue: topic, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault})
-						}
-					}
-					for j, ok := range seen {
-						if !ok {
-							set(which[j], fmt.Errorf("sns: publish to %s: %w: entry missing from the response", topic, transport.ErrUnknownOutcome))
-						}
-					}
-				}
-				entries, which, size = nil, nil, 0
+			wg.Done()
+		})
+		if err == nil {
+			continue
+		}
+		wg.Done()
+		set(i, err)
+		if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
+			for j := i + 1; j < len(msgs); j++ {
+				set(j, err) // not accepted: not sent
 			}
-			for _, i := range idx {
-				in, err := t.encode(r, msgs[i])
-				if err != nil {
-					set(i, err)
-					continue
-				}
-				n := len(aws.ToString(in.Message)) + attrSize(in.MessageAttributes)
-				if len(entries) == 10 || size+n > MaxMessageSize {
-					flush()
-				}
-				entries = append(entries, snstypes.PublishBatchRequestEntry{
-					Id: aws.String(strconv.Itoa(len(entries))), Message: in.Message, MessageAttributes: in.MessageAttributes,
-					MessageGroupId: in.MessageGroupId, MessageDeduplicationId: in.MessageDeduplicationId,
-				})
-				which = append(which, i)
-				size += n
-			}
-			flush()
-		}()
+			break
+		}
 	}
 	wg.Wait()
 	if failed {

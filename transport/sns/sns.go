@@ -2,6 +2,7 @@ package sns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 
+	"github.com/ferrymq/ferry/internal/batch"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/internal/awsconf"
 	"github.com/ferrymq/ferry/transport/sqs"
@@ -51,6 +53,7 @@ type Transport struct {
 var (
 	_ transport.Transport      = (*Transport)(nil)
 	_ transport.BatchPublisher = (*Transport)(nil)
+	_ transport.AsyncPublisher = (*Transport)(nil)
 	_ transport.Declarer       = (*Transport)(nil)
 	_ transport.DLQNamer       = (*Transport)(nil)
 	_ transport.DeadLetters    = (*Transport)(nil)
@@ -59,9 +62,11 @@ var (
 
 type topicRef struct {
 	ready chan struct{}
+	name  string
 	arn   string
 	fifo  bool
 	err   error
+	send  *batch.Batcher[pubItem] // PublishAsync's and PublishBatch's; closed by Close
 }
 
 // New returns a Transport configured by rawURL and opts. rawURL is an SNS
@@ -74,7 +79,9 @@ type topicRef struct {
 //
 // An invalid URL or option returns an error wrapping
 // [transport.ErrInvalidOption] that names it. Credentials come from the AWS
-// configuration chain (or sqs.WithConfig), never from the URL. ctx bounds
+// configuration chain (or sqs.WithConfig), never from the URL; an http://
+// endpoint is refused unless allow_plaintext_auth=true
+// (sqs.AllowPlaintextAuth). ctx bounds
 // loading the shared configuration files; New makes no call to AWS.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
 	c, err := awsconf.Parse(Scheme, rawURL, opts)
@@ -89,8 +96,12 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 	if err != nil {
 		return nil, err
 	}
+	client := awssns.NewFromConfig(cfg)
+	if err := c.CheckPlaintext(cfg, client.Options().BaseEndpoint); err != nil {
+		return nil, err
+	}
 	return &Transport{
-		client: awssns.NewFromConfig(cfg),
+		client: client,
 		sqs:    q,
 		cfg:    c,
 		codec:  wire.Codec{IDAttribute: c.IDAttribute, NumberHeaders: c.NumberHeaders},
@@ -109,14 +120,36 @@ func (t *Transport) SQS() *sqs.Transport { return t.sqs }
 // AWSConfig returns the configuration both clients were made from.
 func (t *Transport) AWSConfig() aws.Config { return t.sqs.AWSConfig() }
 
-// Close closes the subscriber streams. Publishes in flight finish on their
-// own; Publish after Close returns ErrClosed. A second Close does nothing
-// and returns nil.
+// Close closes the subscriber streams and flushes the messages accepted by
+// PublishAsync and PublishBatch, waiting at most until ctx ends. Publish
+// calls in flight finish on their own; Publish after Close returns
+// ErrClosed. A second Close does nothing and returns nil.
 func (t *Transport) Close(ctx context.Context) error {
 	if t.closed.Swap(true) {
 		return nil
 	}
-	return t.sqs.Close(ctx)
+	errs := []error{t.sqs.Close(ctx)}
+	for _, r := range t.senders() {
+		errs = append(errs, r.send.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// senders returns the resolved topics that have a publish window.
+func (t *Transport) senders() []*topicRef {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*topicRef
+	for _, r := range t.topics {
+		select {
+		case <-r.ready:
+			if r.send != nil {
+				out = append(out, r)
+			}
+		default: // still resolving: nothing was accepted for it
+		}
+	}
+	return out
 }
 
 // TopicARN returns the ARN of topic, creating the topic (FIFO when its name
@@ -136,10 +169,13 @@ func (t *Transport) resolve(ctx context.Context, topic string) (*topicRef, error
 	t.mu.Lock()
 	r, ok := t.topics[topic]
 	if !ok {
-		r = &topicRef{ready: make(chan struct{}), fifo: awsconf.IsFIFO(topic)}
+		r = &topicRef{ready: make(chan struct{}), name: topic, fifo: awsconf.IsFIFO(topic)}
 		t.topics[topic] = r
 		t.mu.Unlock()
 		r.arn, r.err = t.lookup(ctx, topic, r.fifo)
+		if r.err == nil {
+			r.send, r.err = t.newSender(r)
+		}
 		if r.err != nil {
 			t.mu.Lock()
 			delete(t.topics, topic)

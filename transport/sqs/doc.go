@@ -16,7 +16,9 @@
 //
 // Credentials come from the standard AWS chain (environment, shared config
 // and credentials files, SSO, container and instance roles), never from the
-// URL, and are never logged. The HTTP client is wrapped with
+// URL, and are never logged. An http:// endpoint, over which every signed
+// request would travel in clear, is refused unless allow_plaintext_auth=true
+// ([AllowPlaintextAuth]). The HTTP client is wrapped with
 // [BufferedBodyClient] against an SDK body race that otherwise stalls
 // receives against fast endpoints, and every call has a deadline
 // ([CallTimeout]).
@@ -32,6 +34,8 @@
 //   - endpoint: custom endpoint for emulators (fauxqs, ElasticMQ,
 //     LocalStack), an http or https URL ([Endpoint]). Default: the SDK's
 //     (AWS_ENDPOINT_URL_SQS is honoured).
+//   - allow_plaintext_auth: let signed requests go to an http:// endpoint,
+//     default false ([AllowPlaintextAuth]).
 //   - profile: shared-config profile ([Profile]).
 //   - create: create missing queues and DLQs, default true ([AutoCreate]).
 //   - id_attribute: attribute carrying Message.ID, default "ferry-id"
@@ -42,6 +46,9 @@
 //     content-based dedupe, default false ([ContentDedupe]).
 //   - publish_concurrency: concurrent SendMessageBatch calls per standard
 //     queue, default 8 ([PublishConcurrency]).
+//   - publish_window: messages accepted per queue and not yet confirmed,
+//     the window of [Transport.PublishAsync], default 1024
+//     ([PublishWindow]).
 //   - call_timeout: the deadline of every call to SQS, default 30s
 //     ([CallTimeout]).
 //   - visibility: lease per received message, default the queue's

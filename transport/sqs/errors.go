@@ -9,7 +9,14 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/internal/awsconf"
 )
+
+// ErrAuth is wrapped by the error of any call that AWS refused for its
+// credentials or permissions (an unknown or expired access key, a bad
+// signature, access denied), from this transport, package sns and the
+// clients of [Transport.Client]. Nothing was written.
+var ErrAuth = awsconf.ErrAuth
 
 // EntryError is the error for one message of a SendMessageBatch (or an SNS
 // PublishBatch) that the service refused. Nothing was written for it.
@@ -23,6 +30,15 @@ type EntryError struct {
 // Error describes the refusal.
 func (e *EntryError) Error() string {
 	return fmt.Sprintf("sqs: publish to %s refused: %s: %s", e.Queue, e.Code, e.Message)
+}
+
+// Is reports whether the refusal matches target: [transport.ErrTooLarge]
+// when the service refused the message for its size (SQS's
+// InvalidParameterValue "Message must be shorter than …", SNS's "Message
+// too long"), so that errors.Is finds it as it does for a message refused
+// before sending.
+func (e *EntryError) Is(target error) bool {
+	return target == transport.ErrTooLarge && awsconf.TooLarge(e.Code, e.Message)
 }
 
 // invalid returns an error wrapping transport.ErrInvalidOption.

@@ -13,11 +13,12 @@ import (
 
 // Open the transport by URL with a blank import (here the package is
 // imported by name for the other example). The endpoint points at an
-// emulator; credentials come from the standard AWS chain. Publishing to a
+// emulator on this host, over http, which allow_plaintext_auth=true
+// permits; credentials come from the standard AWS chain. Publishing to a
 // queue whose name ends in ".fifo" makes the Key its MessageGroupId.
 func Example_openFromURL() {
 	ctx := context.Background()
-	t, err := transport.Open(ctx, "sqs://orders?region=us-east-1&endpoint=http://127.0.0.1:4566&max_receive_count=5")
+	t, err := transport.Open(ctx, "sqs://orders?region=us-east-1&endpoint=http://127.0.0.1:4566&allow_plaintext_auth=true&max_receive_count=5")
 	if err != nil {
 		log.Fatal(err)
 	}

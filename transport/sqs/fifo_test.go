@@ -134,3 +134,28 @@ func TestRouterRefusesOrder(t *testing.T) {
 		t.Errorf("PerKey on a FIFO queue: Add = %v", err)
 	}
 }
+
+// TestFIFOKeylessOddID: a keyless message on a FIFO queue whose ID is not
+// a valid MessageGroupId (a space, non-ASCII text, over 128 bytes) comes
+// back with an empty Key and its ID, as sent: its group keeps the keyless
+// prefix (FuzzEncode found the group read back as a Key).
+func TestFIFOKeylessOddID(t *testing.T) {
+	t.Parallel()
+	tr := open(t)
+	ctx := context.Background()
+	name := transporttest.UniqueName(t, "keyless") + ".fifo"
+	ids := []string{"evt 1", "évènement-2", strings.Repeat("i", 200)}
+	for _, id := range ids {
+		if err := tr.Publish(ctx, &handler.Message{ID: id, Topic: name, Payload: []byte(id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := subscribe(t, tr, transport.Subscription{Topic: name})
+	for range ids {
+		d := receive(t, st)
+		if m := d.Message(); m.Key != "" || m.ID != string(m.Payload) {
+			t.Errorf("keyless message %q came back with Key %q, ID %q", m.Payload, m.Key, m.ID)
+		}
+		_ = d.Ack(ctx)
+	}
+}

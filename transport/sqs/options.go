@@ -12,6 +12,7 @@ import (
 // Defaults of a [Transport] made by [New] or opened by URL.
 const (
 	DefaultPublishConcurrency = awsconf.DefaultPublishCalls    // see [PublishConcurrency]
+	DefaultPublishWindow      = awsconf.DefaultPublishWindow   // see [PublishWindow]
 	DefaultCallTimeout        = awsconf.DefaultCallTimeout     // see [CallTimeout]
 	DefaultMaxExtension       = awsconf.DefaultMaxExtension    // see [MaxExtension]
 	DefaultWaitTime           = awsconf.DefaultWait            // see [WaitTime]
@@ -44,8 +45,21 @@ func Region(r string) Option { return awsconf.Region(r) }
 // http://127.0.0.1:4566. With package sns it is the endpoint of both SNS
 // and SQS. URL key: endpoint. Default: the SDK's resolution (including
 // AWS_ENDPOINT_URL_SQS and AWS_ENDPOINT_URL_SNS). An invalid endpoint is
-// reported without its text, which may carry user-info.
+// reported without its text, which may carry user-info. An http://
+// endpoint needs [AllowPlaintextAuth].
 func Endpoint(u string) Option { return awsconf.Endpoint(u) }
+
+// AllowPlaintextAuth, with allow true, lets the transport sign requests
+// with AWS credentials and send them to an http:// endpoint (an emulator
+// such as fauxqs or LocalStack), where anyone on the path reads the access
+// key ID, each request's signature (which can be replayed for minutes), any
+// session token, and the messages. Without it [New] refuses an http://
+// endpoint (from the URL, [Endpoint], [WithConfig]'s BaseEndpoint, or the
+// SDK's AWS_ENDPOINT_URL variables) unless the credentials are
+// aws.AnonymousCredentials, which sign nothing; use an https endpoint.
+// Use it for an emulator on this host or a trusted network only. URL key:
+// allow_plaintext_auth. Default: false.
+func AllowPlaintextAuth(allow bool) Option { return awsconf.AllowPlaintextAuth(allow) }
 
 // Profile selects a profile of the shared AWS config files. URL key:
 // profile. Ignored with [WithConfig].
@@ -92,6 +106,13 @@ func ContentDedupe(on bool) Option { return awsconf.ContentDedupe(on) }
 // a time and uses it only for its SQS side (DLQ replay). URL key:
 // publish_concurrency. Default: 8.
 func PublishConcurrency(n int) Option { return awsconf.PublishConcurrency(n) }
+
+// PublishWindow bounds the messages accepted for one queue and not yet
+// confirmed by SQS: queued for a SendMessageBatch or in one. While it is
+// full, Publish, PublishAsync and PublishBatch wait for room (the
+// backpressure of [Transport.PublishAsync]). n must be at least 10, one
+// batch. URL key: publish_window. Default: 1024.
+func PublishWindow(n int) Option { return awsconf.PublishWindow(n) }
 
 // CallTimeout bounds every call to SQS (and SNS) the transport makes,
 // retries included: a publish, a resolve, a delete, a visibility change, a

@@ -39,7 +39,8 @@ func (t *Transport) newSender(q *queueRef) (*batch.Batcher[sendItem], error) {
 	if q.info.FIFO {
 		calls = 1
 	}
-	return batch.New(batch.Options{MaxItems: 10, MaxBytes: MaxMessageSize, MaxHandlers: calls, MaxPartialHandlers: 1},
+	return batch.New(batch.Options{MaxItems: 10, MaxBytes: MaxMessageSize, MaxHandlers: calls, MaxPartialHandlers: 1,
+		MaxPending: t.cfg.PublishWindow},
 		func(it sendItem) int { return it.size },
 		func(ctx context.Context, items []sendItem) []error { return t.send(ctx, q, items) })
 }
@@ -90,59 +91,130 @@ func (t *Transport) publish(ctx context.Context, m *handler.Message, replayOf st
 	return sendErr(ctx, q, q.send.Add(ctx, it))
 }
 
-// PublishBatch publishes msgs, grouped per queue into SendMessageBatch calls
-// of up to ten messages (and 1 MiB), several calls concurrently. It returns
-// nil when every message was accepted, or a *[transport.BatchError] with one
-// entry per message: a refused entry's error is an *[EntryError]; a call
-// that failed without an answer gives ErrUnknownOutcome for its entries. On
-// a FIFO queue the messages keep their order.
+// PublishAsync hands m to its queue's publish window and returns once it
+// is accepted; done is called exactly once, later, with m's own result
+// under [Transport.Publish]'s rules: nil when SQS accepted it, an
+// *[EntryError] when SQS refused it (wrapping [transport.ErrTooLarge] for
+// its size), an error wrapping [transport.ErrUnknownOutcome] when the
+// SendMessageBatch carrying it got no answer (it may be written: publish
+// it again with the same ID, which consumers dedupe, and FIFO queues within
+// five minutes). The messages accepted for a queue go out in
+// SendMessageBatch calls of up to ten messages (and 1 MiB), up to
+// [PublishConcurrency] calls at once on a standard queue, one at a time on
+// a FIFO queue; each message's result is its entry in the batch's
+// response.
+//
+// At most [PublishWindow] messages per queue (1024 by default) are
+// accepted and unconfirmed; while the window is full PublishAsync waits for
+// room or for ctx to end, and then returns an error wrapping ctx.Err() and
+// done is not called. The first message to a queue also waits for the
+// queue to be resolved (or created), within ctx and [CallTimeout]. A
+// message Publish would refuse (too large, invalid for the wire, an empty
+// queue name) is refused here the same way, before it takes a place in the
+// window; after Close PublishAsync returns an error wrapping
+// [transport.ErrClosed]. A nil done is an error wrapping
+// [transport.ErrInvalidOption].
+//
+// On a FIFO queue messages are written in the order PublishAsync accepted
+// them, so per-key (group) order holds for keys published from one
+// goroutine; a standard queue keeps no order. The caller must not modify m
+// until done is called; done runs on the transport's publishing goroutine
+// and must not block. ctx bounds only the wait for room: an accepted
+// message is published whatever becomes of ctx, within [CallTimeout].
+func (t *Transport) PublishAsync(ctx context.Context, m *handler.Message, done func(error)) error {
+	if done == nil {
+		return invalid("PublishAsync with a nil done")
+	}
+	if t.closed.Load() {
+		return fmt.Errorf("sqs: publish to %s: %w", m.Topic, transport.ErrClosed)
+	}
+	q, err := t.resolve(ctx, m.Topic)
+	if err != nil {
+		return err
+	}
+	it, err := t.prepare(q, m)
+	if err != nil {
+		return err
+	}
+	err = q.send.Submit(ctx, it, func(err error) { done(sendErr(context.Background(), q, err)) })
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, batch.ErrClosed):
+		return fmt.Errorf("sqs: publish to %s: %w", q.info.Name, transport.ErrClosed)
+	}
+	return fmt.Errorf("sqs: publish to %s: the window of %d messages is full: %w", q.info.Name, t.cfg.PublishWindow, err)
+}
+
+// Flush waits until every message accepted before the call (by
+// PublishAsync, Publish or PublishBatch) has had its result, or ctx ends
+// (an error wrapping ctx.Err()).
+func (t *Transport) Flush(ctx context.Context) error {
+	t.mu.Lock()
+	queues := make([]*queueRef, 0, len(t.queues))
+	for _, q := range t.queues {
+		queues = append(queues, q)
+	}
+	t.mu.Unlock()
+	for _, q := range queues {
+		select {
+		case <-q.ready:
+		default:
+			continue // still resolving: nothing was accepted for it
+		}
+		if q.send == nil {
+			continue
+		}
+		if err := q.send.Flush(ctx); err != nil {
+			return fmt.Errorf("sqs: flush %s: %w", q.info.Name, err)
+		}
+	}
+	return nil
+}
+
+// PublishBatch publishes msgs through the publish window ([PublishAsync],
+// in order), so that they share SendMessageBatch calls of up to ten
+// messages (and 1 MiB) per queue, several calls concurrently on a standard
+// queue, and waits for every result. It returns nil when every message was
+// accepted, or a *[transport.BatchError] with one entry per message: a
+// message refused before sending has Publish's error; a refused entry's
+// error is an *[EntryError]; a call that failed without an answer gives
+// ErrUnknownOutcome for its entries. A ctx that ends while PublishBatch
+// waits for room fails the messages not yet accepted with ctx's error (they
+// were not sent); those accepted keep their own results, which come
+// within [CallTimeout]. On a FIFO queue the messages keep their order.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
 	errs := make([]error, len(msgs))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	failed := false
-	type group struct {
-		q     *queueRef
-		idx   []int
-		items []sendItem
+	set := func(i int, err error) {
+		mu.Lock()
+		errs[i], failed = err, true
+		mu.Unlock()
 	}
-	groups := map[string]*group{}
-	var order []*group
 	for i, m := range msgs {
-		q, err := t.resolve(ctx, m.Topic)
-		var it sendItem
+		wg.Add(1)
+		err := t.PublishAsync(ctx, m, func(err error) {
+			if err != nil {
+				set(i, err)
+			}
+			wg.Done()
+		})
 		if err == nil {
-			it, err = t.prepare(q, m)
-		}
-		if err != nil {
-			errs[i], failed = err, true
 			continue
 		}
-		g := groups[m.Topic]
-		if g == nil {
-			g = &group{q: q}
-			groups[m.Topic] = g
-			order = append(order, g)
-		}
-		g.idx = append(g.idx, i)
-		g.items = append(g.items, it)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	for _, g := range order {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res := g.q.send.AddAll(ctx, g.items)
-			mu.Lock()
-			defer mu.Unlock()
-			for j, err := range res {
-				if err != nil {
-					errs[g.idx[j]], failed = sendErr(ctx, g.q, err), true
-				}
+		wg.Done()
+		set(i, err)
+		if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
+			for j := i + 1; j < len(msgs); j++ {
+				set(j, err) // not accepted: not sent
 			}
-		}()
+			break
+		}
 	}
 	wg.Wait()
 	if failed {
@@ -212,6 +284,15 @@ func (t *Transport) send(ctx context.Context, q *queueRef, items []sendItem) []e
 	out, err := t.client.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: &q.info.URL, Entries: entries})
 	if err != nil {
 		err = awsconf.Classify("sqs", "publish to "+q.info.Name, err)
+		if len(items) > 1 && errors.Is(err, transport.ErrTooLarge) {
+			// SQS counts the batch over its limit where the batcher did
+			// not: nothing was written. Send each message alone, so that
+			// only one that is too large by itself is refused as such.
+			for i := range items {
+				errs[i] = t.send(ctx, q, items[i:i+1])[0]
+			}
+			return errs
+		}
 		for i := range errs {
 			errs[i] = err
 		}

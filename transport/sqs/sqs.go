@@ -41,6 +41,7 @@ type Transport struct {
 var (
 	_ transport.Transport      = (*Transport)(nil)
 	_ transport.BatchPublisher = (*Transport)(nil)
+	_ transport.AsyncPublisher = (*Transport)(nil)
 	_ transport.Declarer       = (*Transport)(nil)
 	_ transport.DLQNamer       = (*Transport)(nil)
 	_ transport.DeadLetters    = (*Transport)(nil)
@@ -57,7 +58,9 @@ var (
 // An invalid URL or option returns an error wrapping
 // [transport.ErrInvalidOption] that names it; so does a missing region.
 // Credentials come from the AWS configuration chain (or [WithConfig]),
-// never from the URL. ctx bounds loading the shared configuration files;
+// never from the URL; an http:// endpoint, where signed requests would
+// cross the network in clear, is refused unless allow_plaintext_auth=true
+// ([AllowPlaintextAuth]). ctx bounds loading the shared configuration files;
 // New makes no call to SQS.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
 	c, err := awsconf.Parse(Scheme, rawURL, opts)
@@ -72,8 +75,12 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 	if log == nil {
 		log = slog.Default()
 	}
+	client := awssqs.NewFromConfig(cfg)
+	if err := c.CheckPlaintext(cfg, client.Options().BaseEndpoint); err != nil {
+		return nil, err
+	}
 	return &Transport{
-		client:  awssqs.NewFromConfig(cfg),
+		client:  client,
 		aws:     cfg,
 		cfg:     c,
 		codec:   wire.Codec{IDAttribute: c.IDAttribute, NumberHeaders: c.NumberHeaders},

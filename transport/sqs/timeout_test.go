@@ -3,6 +3,7 @@ package sqs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -30,7 +31,7 @@ const (
 func openAt(t *testing.T, endpoint string, opts ...sqs.Option) *sqs.Transport {
 	t.Helper()
 	cfg := aws.Config{Region: fauxqs.Region, Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
-	tr, err := sqs.New(context.Background(), "sqs://?call_timeout=500ms&wait=0s&endpoint="+url.QueryEscape(endpoint),
+	tr, err := sqs.New(context.Background(), "sqs://?allow_plaintext_auth=true&call_timeout=500ms&wait=0s&endpoint="+url.QueryEscape(endpoint),
 		append([]sqs.Option{sqs.WithConfig(cfg)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -59,19 +60,27 @@ func checkTimeout(t *testing.T, what string, took time.Duration, err error, op, 
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("%s: error %v does not wrap context.DeadlineExceeded", what, err)
 	}
+	if text := fmt.Sprintf("%v %+v", err, err); strings.Contains(text, "s3cret") || strings.Contains(text, "admin") {
+		t.Errorf("%s: error %q shows the endpoint's user-info", what, err)
+	}
 }
 
 // TestCallTimeoutSilentServer: against a TCP listener that accepts and
-// never answers, Publish and Subscribe return within the call timeout with
-// an error naming the operation and the host. Nothing could have been
-// written (the queue was never resolved), so the publish error is a clean
-// failure, not an unknown outcome.
+// never answers, New returns at once (it calls nothing), and Publish,
+// Subscribe and ListDLQ return within the call timeout with an error
+// naming the operation and the host, never the endpoint's user-info.
+// Nothing could have been written (the queue was never resolved), so the
+// publish error is a clean failure, not an unknown outcome.
 func TestCallTimeoutSilentServer(t *testing.T) {
 	t.Parallel()
 	host := fauxqs.Silent(t)
-	tr := openAt(t, "http://"+host)
-	ctx := context.Background()
 	start := time.Now()
+	tr := openAt(t, "http://admin:s3cret@"+host)
+	if took := time.Since(start); took > within {
+		t.Errorf("New took %s against a silent server; it calls nothing", took)
+	}
+	ctx := context.Background()
+	start = time.Now()
 	err := tr.Publish(ctx, &handler.Message{ID: "1", Topic: "orders", Payload: []byte("x")})
 	checkTimeout(t, "Publish", time.Since(start), err, "GetQueueUrl", host)
 	if errors.Is(err, transport.ErrUnknownOutcome) {

@@ -3,10 +3,14 @@ package sqs_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/internal/fauxqs"
@@ -41,6 +45,7 @@ func TestNewRefuses(t *testing.T) {
 		"empty dlq":          {url: ok + "&dlq=", says: "dlq"},
 		"dlq name":           {url: ok + "&dlq=orders.dlq", says: "DeadLetterQueue"},
 		"pollers":            {url: ok + "&pollers=0", says: "Pollers"},
+		"publish_window":     {url: ok + "&publish_window=5", says: "PublishWindow"},
 		"scheme":             {url: "sns://?region=us-east-1", says: "scheme"},
 		"nil logger":         {url: ok, opts: []sqs.Option{sqs.WithLogger(nil)}, says: "WithLogger"},
 		"nil option":         {url: ok, opts: []sqs.Option{nil}, says: "nil Option"},
@@ -82,8 +87,8 @@ func TestOpenURL(t *testing.T) {
 	t.Setenv("AWS_CONFIG_FILE", conf)
 	ctx := context.Background()
 	tr, err := transport.Open(ctx, "sqs://orders?region=us-east-1&endpoint="+srv.URL+"&profile=ferrytest&create=true"+
-		"&id_attribute=ferry-id&number_headers=total,qty&content_dedupe=false&publish_concurrency=4&call_timeout=10s"+
-		"&visibility=5s&max_extension=10m&wait=1s&pollers=2&max_in_flight=50&dlq=orders-dlq&max_receive_count=4")
+		"&id_attribute=ferry-id&number_headers=total,qty&content_dedupe=false&publish_concurrency=4&publish_window=100&call_timeout=10s"+
+		"&visibility=5s&max_extension=10m&wait=1s&pollers=2&max_in_flight=50&dlq=orders-dlq&max_receive_count=4&allow_plaintext_auth=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,5 +161,73 @@ func TestDeclareIsStream(t *testing.T) {
 		if want.NativeDLQ != (c.sub.Options["max_receive_count"] != "" || c.sub.Options["dlq"] != "") {
 			t.Errorf("%s: NativeDLQ %t with options %v", c.sub.Topic, want.NativeDLQ, c.sub.Options)
 		}
+	}
+}
+
+// TestPlaintextAuth: a transport whose requests would be signed with
+// credentials and sent to an http:// endpoint is refused at New with
+// transport.ErrInvalidOption naming allow_plaintext_auth and the host
+// (never the endpoint's user-info), wherever the endpoint comes from (the
+// URL, WithConfig, AWS_ENDPOINT_URL_SQS); with allow_plaintext_auth=true,
+// an https endpoint, or anonymous credentials it opens.
+func TestPlaintextAuth(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	ctx := context.Background()
+	const host = "127.0.0.1:4566"
+	plain := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), BaseEndpoint: aws.String("http://" + host)}
+	refused := map[string]func() (*sqs.Transport, error){
+		"URL endpoint": func() (*sqs.Transport, error) {
+			return sqs.New(ctx, "sqs://?region=us-east-1&endpoint="+url.QueryEscape("http://admin:s3cret@"+host))
+		},
+		"Endpoint option": func() (*sqs.Transport, error) {
+			return sqs.New(ctx, "sqs://?region=us-east-1", sqs.Endpoint("http://"+host))
+		},
+		"WithConfig": func() (*sqs.Transport, error) { return sqs.New(ctx, "sqs://", sqs.WithConfig(plain)) },
+		"opt-in overridden": func() (*sqs.Transport, error) {
+			return sqs.New(ctx, "sqs://?allow_plaintext_auth=true", sqs.WithConfig(plain), sqs.AllowPlaintextAuth(false))
+		},
+		"AWS_ENDPOINT_URL_SQS": func() (*sqs.Transport, error) {
+			t.Setenv("AWS_ENDPOINT_URL_SQS", "http://"+host)
+			defer os.Unsetenv("AWS_ENDPOINT_URL_SQS")
+			return sqs.New(ctx, "sqs://?region=us-east-1")
+		},
+	}
+	for name, f := range refused {
+		_, err := f()
+		if !errors.Is(err, transport.ErrInvalidOption) || !strings.Contains(err.Error(), "allow_plaintext_auth=true") ||
+			!strings.Contains(err.Error(), host) {
+			t.Errorf("%s: New with an http:// endpoint = %v; want ErrInvalidOption naming %s and allow_plaintext_auth", name, err, host)
+		}
+		if err != nil && (strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "admin")) {
+			t.Errorf("%s: the error shows the endpoint's user-info: %v", name, err)
+		}
+	}
+	anon := plain
+	anon.Credentials = aws.AnonymousCredentials{}
+	opened := map[string]func() (*sqs.Transport, error){
+		"allow_plaintext_auth=true": func() (*sqs.Transport, error) {
+			return sqs.New(ctx, "sqs://?region=us-east-1&allow_plaintext_auth=true&endpoint=http://"+host)
+		},
+		"AllowPlaintextAuth": func() (*sqs.Transport, error) {
+			return sqs.New(ctx, "sqs://", sqs.WithConfig(plain), sqs.AllowPlaintextAuth(true))
+		},
+		"https": func() (*sqs.Transport, error) {
+			return sqs.New(ctx, "sqs://?region=us-east-1&endpoint=https://"+host)
+		},
+		"anonymous": func() (*sqs.Transport, error) { return sqs.New(ctx, "sqs://", sqs.WithConfig(anon)) },
+		"AWS's own": func() (*sqs.Transport, error) { return sqs.New(ctx, "sqs://?region=us-east-1") },
+	}
+	for name, f := range opened {
+		tr, err := f()
+		if err != nil {
+			t.Errorf("%s: New = %v; want it to open", name, err)
+			continue
+		}
+		_ = tr.Close(ctx)
+	}
+	if _, err := sqs.New(ctx, "sqs://?region=us-east-1&allow_plaintext_auth=maybe"); !errors.Is(err, transport.ErrInvalidOption) ||
+		!strings.Contains(err.Error(), "allow_plaintext_auth") {
+		t.Errorf("allow_plaintext_auth=maybe: New = %v; want ErrInvalidOption naming the key", err)
 	}
 }

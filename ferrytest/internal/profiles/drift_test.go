@@ -62,7 +62,7 @@ func brokerAddr(t *testing.T, scheme string) string {
 // no host: its queue comes from the subscription, its endpoint from a key.
 func rowURL(e profiles.Entry, addr string) string {
 	if strings.HasPrefix(e.URL, "sqs://") {
-		return "sqs://" + e.Sub.Topic + "?region=us-east-1&endpoint=http://" + addr
+		return "sqs://" + e.Sub.Topic + "?region=us-east-1&allow_plaintext_auth=true&endpoint=http://" + addr
 	}
 	return strings.Replace(e.URL, "BROKER", addr, 1)
 }

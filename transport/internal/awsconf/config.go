@@ -21,6 +21,7 @@ const (
 	DefaultPollers         = 4
 	DefaultMaxInFlight     = 100
 	DefaultMaxReceiveCount = 5
+	DefaultPublishWindow   = 1024
 )
 
 // An Option configures an sqs or sns transport. It is sealed: only this
@@ -45,7 +46,11 @@ type Config struct {
 	NumberHeaders []string
 	ContentDedupe bool
 	PublishCalls  int
+	PublishWindow int
 	CallTimeout   time.Duration
+	// PlaintextAuth lets signed requests go to an http:// endpoint
+	// ([AllowPlaintextAuth]).
+	PlaintextAuth bool
 	Sub           Sub
 
 	err    error
@@ -73,10 +78,11 @@ func (s Sub) Redrive() bool { return s.MaxReceiveCount > 0 }
 // Default returns the defaults of a transport of scheme.
 func Default(scheme string) Config {
 	return Config{
-		Scheme:       scheme,
-		AutoCreate:   true,
-		PublishCalls: DefaultPublishCalls,
-		CallTimeout:  DefaultCallTimeout,
+		Scheme:        scheme,
+		AutoCreate:    true,
+		PublishCalls:  DefaultPublishCalls,
+		PublishWindow: DefaultPublishWindow,
+		CallTimeout:   DefaultCallTimeout,
 		Sub: Sub{
 			MaxExtension: DefaultMaxExtension,
 			Wait:         DefaultWait,
@@ -200,6 +206,17 @@ func PublishConcurrency(n int) Option {
 	})
 }
 
+// PublishWindow: see sqs.PublishWindow.
+func PublishWindow(n int) Option {
+	return optionFunc(func(c *Config) {
+		if n < 10 {
+			c.Fail("PublishWindow(%d): want 10 (one SendMessageBatch) or more", n)
+			return
+		}
+		c.PublishWindow = n
+	})
+}
+
 // CallTimeout: see sqs.CallTimeout.
 func CallTimeout(d time.Duration) Option {
 	return optionFunc(func(c *Config) {
@@ -209,6 +226,11 @@ func CallTimeout(d time.Duration) Option {
 		}
 		c.CallTimeout = d
 	})
+}
+
+// AllowPlaintextAuth: see sqs.AllowPlaintextAuth.
+func AllowPlaintextAuth(allow bool) Option {
+	return optionFunc(func(c *Config) { c.PlaintextAuth = allow })
 }
 
 // Visibility: see sqs.Visibility.

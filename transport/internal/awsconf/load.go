@@ -104,7 +104,8 @@ const deadlineID = "ferry/CallDeadline"
 // ends it sooner. When the deadline (not the caller's ctx) ends an
 // operation, the error names the service, the operation and the host, and
 // wraps context.DeadlineExceeded. Adding it to a stack that has it already
-// does nothing.
+// does nothing. A call refused for its credentials or permissions wraps
+// [ErrAuth].
 func WithCallDeadline(d time.Duration, cfg aws.Config) func(*middleware.Stack) error {
 	fallback := ""
 	if cfg.BaseEndpoint != nil {
@@ -142,6 +143,7 @@ func (m callDeadline) HandleInitialize(ctx context.Context, in middleware.Initia
 	defer cancel()
 	h := new(string)
 	out, md, err := next.HandleInitialize(context.WithValue(tctx, hostKey{}, h), in)
+	err = authError(err)
 	if err != nil && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded) {
 		svc, op := middleware.GetServiceID(ctx), middleware.GetOperationName(ctx)
 		host := *h
@@ -175,4 +177,26 @@ func (recordHost) HandleDeserialize(ctx context.Context, in middleware.Deseriali
 		}
 	}
 	return next.HandleDeserialize(ctx, in)
+}
+
+// CheckPlaintext refuses a client whose endpoint is plain http:// while
+// it signs its requests with credentials, unless [Config.PlaintextAuth]
+// allows it: every request then carries the access key ID, its signature
+// (which can be replayed for minutes) and any session token in clear, and
+// its reply the messages. endpoint is the client's resolved BaseEndpoint
+// (from the URL's endpoint=, [Endpoint], WithConfig's BaseEndpoint or the
+// SDK's AWS_ENDPOINT_URL variables); nil is the service's own https
+// endpoint. Anonymous credentials (aws.AnonymousCredentials) sign
+// nothing and pass. The error names the endpoint's host only.
+func (c *Config) CheckPlaintext(cfg aws.Config, endpoint *string) error {
+	if c.PlaintextAuth || endpoint == nil || cfg.Credentials == nil ||
+		aws.IsCredentialsProvider(cfg.Credentials, aws.AnonymousCredentials{}) {
+		return nil
+	}
+	u, err := url.Parse(*endpoint)
+	if err != nil || !strings.EqualFold(u.Scheme, "http") {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: the endpoint http://%s has no TLS: every request would carry the AWS access key ID, its signature and any session token in clear; use an https endpoint, or set %s=true (AllowPlaintextAuth) for an emulator on this host or a trusted network",
+		transport.ErrInvalidOption, c.Scheme, u.Host, KeyPlaintextAuth)
 }

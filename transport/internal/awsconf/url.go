@@ -18,7 +18,9 @@ const (
 	KeyNumberHeaders      = "number_headers"
 	KeyContentDedupe      = "content_dedupe"
 	KeyPublishConcurrency = "publish_concurrency"
+	KeyPublishWindow      = "publish_window"
 	KeyCallTimeout        = "call_timeout"
+	KeyPlaintextAuth      = "allow_plaintext_auth"
 	KeyVisibility         = "visibility"
 	KeyMaxExtension       = "max_extension"
 	KeyWait               = "wait"
@@ -78,8 +80,14 @@ func Parse(scheme, rawURL string, opts []Option) (Config, error) {
 	if n, ok := q.Int(KeyPublishConcurrency); ok {
 		PublishConcurrency(n).apply(&c)
 	}
+	if n, ok := q.Int(KeyPublishWindow); ok {
+		PublishWindow(n).apply(&c)
+	}
 	if d, ok := q.Duration(KeyCallTimeout); ok {
 		CallTimeout(d).apply(&c)
+	}
+	if b, ok := q.Bool(KeyPlaintextAuth); ok {
+		AllowPlaintextAuth(b).apply(&c)
 	}
 	c.readSub(q)
 	if err := q.Err(); err != nil {

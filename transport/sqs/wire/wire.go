@@ -323,8 +323,13 @@ const NoKeyGroupPrefix = "ferry-nokey:"
 // verbatim, because the Key is not a valid group ID).
 func FIFOFields(key, id string) (group, dedupe string, keyAttr bool) {
 	switch {
+	case key == "" && validFIFOID(NoKeyGroupPrefix+id):
+		group = NoKeyGroupPrefix + id
 	case key == "":
-		group = FIFOID(NoKeyGroupPrefix + id)
+		// The prefix must survive: a reader takes a group without it
+		// for the Key. The hex SHA-256 keeps it within 128 characters.
+		sum := sha256.Sum256([]byte(id))
+		group = NoKeyGroupPrefix + hex.EncodeToString(sum[:])
 	case validFIFOID(key):
 		group = key
 	default:
