@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -159,6 +160,9 @@ func (t *Transport) wait() {
 		case <-p.f.Ok():
 		case ferr := <-p.f.Err():
 			err = t.publishError(context.Background(), p.topic, ferr)
+			if errors.Is(ferr, njs.ErrNoStreamResponse) {
+				t.known.Delete(p.topic) // its stream is gone: look again next time
+			}
 		}
 		p.done(err)
 		<-a.room
