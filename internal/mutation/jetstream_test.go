@@ -79,8 +79,8 @@ func init() {
 		{
 			Name: "no-backpressure", // PublishAsync's window never fills: a caller is never held back
 			Pkg:  jsPkg, File: "transport/jetstream/async.go",
-			Find:     "\t\troom:  make(chan struct{}, window),",
-			Replace:  "\t\troom:  make(chan struct{}, window+1<<16),",
+			Find:    "\t\troom:  make(chan struct{}, window),",
+			Replace: "\t\troom:  make(chan struct{}, window+1<<16),",
 			More: []Edit{{File: "transport/jetstream/async.go",
 				Find:    "\t\tqueue: make(chan pending, window),",
 				Replace: "\t\tqueue: make(chan pending, window+1<<16),"}},
