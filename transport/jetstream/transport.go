@@ -139,9 +139,10 @@ func (t *Transport) natsOptions(ctx context.Context) ([]nats.Option, error) {
 	addr := cfg.addr
 	o := []nats.Option{
 		nats.Timeout(timeout),
-		// A write to a server that stopped reading fails after timeout
+		// A write to a server that stopped reading fails after timeout (a
+		// second at least, so that a short timeout does not cut a busy link)
 		// instead of nats.go's minute.
-		nats.FlusherTimeout(cfg.timeout),
+		nats.FlusherTimeout(max(cfg.timeout, time.Second)),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		// A publish while the connection is down fails at once, as not
