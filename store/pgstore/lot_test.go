@@ -91,7 +91,7 @@ func TestMigrateParking(t *testing.T) {
 		}
 	}
 	var comment string
-	if err := db.QueryRow(context.Background(), `SELECT obj_description($1::regclass)`, prefix+"_keys").Scan(&comment); err != nil || comment != "ferry parking v1" {
+	if err := db.QueryRow(context.Background(), `SELECT obj_description($1::regclass)`, prefix+"_keys").Scan(&comment); err != nil || comment != "ferry parking v2" {
 		t.Errorf("table comment = %q, %v", comment, err)
 	}
 }
