@@ -77,10 +77,10 @@ func TestE2E(t *testing.T) {
 					return nil
 				},
 				Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-					"waitlines": waitLines,
+					"waitlines":  waitLines,
 					"waitparked": waitParked,
-					"waitdlq":   waitDLQ,
-					"sumlag":    sumLag,
+					"waitdlq":    waitDLQ,
+					"sumlag":     sumLag,
 				},
 			})
 		})

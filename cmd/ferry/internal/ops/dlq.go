@@ -36,6 +36,16 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 	return fmt.Appendf(nil, "%.3f", time.Duration(d).Seconds()), nil
 }
 
+// UnmarshalJSON reads seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s float64
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	*d = Duration(s * float64(time.Second))
+	return nil
+}
+
 // String rounds d for a table: 3s, 4m10s, 2h5m.
 func (d Duration) String() string {
 	t := time.Duration(d)
@@ -290,4 +300,3 @@ func PurgeDLQ(ctx context.Context, t transport.Transport, name string, s Selecti
 	}
 	return ReplayDLQ(ctx, t, name, s, archive, dryRun, progress)
 }
-
