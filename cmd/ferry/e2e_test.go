@@ -81,6 +81,13 @@ func TestE2E(t *testing.T) {
 					"waitparked": waitParked,
 					"waitdlq":    waitDLQ,
 					"sumlag":     sumLag,
+					"waitlag":    waitLag,
+				},
+				Condition: func(cond string) (bool, error) {
+					if cond == "lag" { // the broker reports lag
+						return tr.name != "mqtt", nil
+					}
+					return false, fmt.Errorf("unknown condition %q", cond)
 				},
 			})
 		})
@@ -168,4 +175,23 @@ func sumLag(ts *testscript.TestScript, neg bool, args []string) {
 	if strconv.FormatInt(sum, 10) != strings.TrimSpace(args[0]) {
 		ts.Fatalf("lag sums to %d, want %s (%+v)", sum, args[0], rows)
 	}
+}
+
+// waitlag N: run `ferry lag -o json` until it sums to N messages behind
+// (the consumers commit or ack in the background).
+func waitLag(ts *testscript.TestScript, neg bool, args []string) {
+	eventually(ts, "lag "+args[0], func() (bool, error) {
+		if err := ts.Exec("ferry", "lag", "--topic", ts.Getenv("TOPIC"), "--group", ts.Getenv("GROUP"), "-o", "json"); err != nil {
+			return false, err
+		}
+		var rows []ops.LagRow
+		if err := json.Unmarshal([]byte(ts.ReadFile("stdout")), &rows); err != nil {
+			return false, err
+		}
+		var sum int64
+		for _, r := range rows {
+			sum += r.Messages
+		}
+		return strconv.FormatInt(sum, 10) == args[0], fmt.Errorf("lag %d", sum)
+	})
 }
