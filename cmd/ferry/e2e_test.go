@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,7 +47,7 @@ func e2eTransports(t *testing.T) []e2eTransport {
 		{"nats", testbrokers.URL(t, "nats://127.0.0.1:4222"), true},
 		{"kafka", testbrokers.URL(t, "kafka://127.0.0.1:9092"), true},
 		{"mqtt", testbrokers.URL(t, "mqtt://127.0.0.1:1883"), false},
-		{"sqs", testbrokers.URL(t, "sqs://?region=us-east-1"), false},
+		{"sqs", testbrokers.URL(t, "sqs://?region=us-east-1&wait=1s&visibility=5s"), false},
 	}
 }
 
@@ -193,5 +194,42 @@ func waitLag(ts *testscript.TestScript, neg bool, args []string) {
 			sum += r.Messages
 		}
 		return strconv.FormatInt(sum, 10) == args[0], fmt.Errorf("lag %d", sum)
+	})
+}
+
+// secrets are the credentials the error script puts in URLs: none may
+// appear on the command's standard error (internal/credleak's list).
+var secrets = []string{"credleakUserQ7x", "credleakPassZ9y", "credleakTokenK3w"}
+
+// fails CODE ferry ARGS...: the command exits with CODE and writes one
+// line to stderr, "ferry: …", with no secret in it.
+func fails(ts *testscript.TestScript, neg bool, args []string) {
+	err := ts.Exec(args[1], args[2:]...)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		ts.Fatalf("%v: want exit status %s, got %v", args[1:], args[0], err)
+	}
+	if got := strconv.Itoa(ee.ExitCode()); got != args[0] {
+		ts.Fatalf("exit status %s, want %s", got, args[0])
+	}
+	stderr := ts.ReadFile("stderr")
+	for _, s := range secrets {
+		if strings.Contains(stderr, s) {
+			ts.Fatalf("stderr leaks %q: %s", s, stderr)
+		}
+	}
+	if !strings.HasPrefix(stderr, "ferry: ") || strings.Count(stderr, "\n") != 1 {
+		ts.Fatalf("stderr is not one line starting with \"ferry: \": %q", stderr)
+	}
+}
+
+// TestE2EErrors runs the bad-input script once: unknown scheme,
+// unreachable broker, wrong credentials, a missing group or message, bad
+// flags; exit codes, one-line errors, and no credential on stderr.
+func TestE2EErrors(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Files:               []string{"testdata/e2e/errors.txtar"},
+		RequireExplicitExec: true,
+		Cmds:                map[string]func(ts *testscript.TestScript, neg bool, args []string){"fails": fails},
 	})
 }

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 	"github.com/spf13/cobra"
 
 	"github.com/ferrymq/ferry/cmd/ferry/internal/ops"
@@ -19,6 +22,16 @@ import (
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+
+// quietLibraries keeps the client libraries' own loggers off stderr: the
+// command reports every failure itself, in one line. --verbose lets
+// Ferry's warnings (slog) through.
+func quietLibraries(verbose bool) {
+	goredis.SetLogger(&logging.VoidLogger{})
+	if !verbose {
+		slog.SetDefault(slog.New(slog.DiscardHandler))
+	}
+}
 
 // Exit codes.
 const (
@@ -30,6 +43,7 @@ const (
 // app is one run of the command: its flags and streams.
 type app struct {
 	url, parking, inbox, output string
+	verbose                     bool
 	in                          io.Reader
 	out, errw                   io.Writer
 	tty                         bool // stderr is a terminal: show progress
@@ -95,8 +109,12 @@ func (a *app) scrub(s string) string {
 		s = strings.ReplaceAll(s, raw, transport.RedactString(raw))
 		if i := strings.Index(raw, "://"); i >= 0 {
 			if at := strings.LastIndex(raw, "@"); at > i {
-				if _, pw, ok := strings.Cut(raw[i+3:at], ":"); ok && pw != "" {
+				user, pw, ok := strings.Cut(raw[i+3:at], ":")
+				if ok && pw != "" {
 					s = strings.ReplaceAll(s, pw, "xxxxx")
+				}
+				if len(user) > 2 {
+					s = strings.ReplaceAll(s, user, "xxxxx")
 				}
 			}
 		}
@@ -124,7 +142,9 @@ Output is a table, or JSON with -o json. Exit codes: 0 done, 1 failed, 2 bad usa
 	root.PersistentFlags().StringVar(&a.inbox, "inbox", os.Getenv("FERRY_INBOX"), "inbox/dedupe store DSN (default $FERRY_INBOX); reserved for the dedupe view")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "let the transports' warnings through to stderr")
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		quietLibraries(a.verbose)
 		if a.output != "table" && a.output != "json" {
 			return usageError{fmt.Errorf("-o %q: want table or json", a.output)}
 		}

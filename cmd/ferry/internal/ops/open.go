@@ -64,13 +64,16 @@ func Open(ctx context.Context, rawURL string) (transport.Transport, error) {
 	return t, nil
 }
 
-// scrub returns err's text without rawURL's password, should a client
-// library have quoted it.
+// scrub returns err's text without rawURL's password and user name,
+// should a client library have quoted them (pgx names the user).
 func scrub(err error, rawURL string) string {
 	s := err.Error()
 	if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
 		if p, ok := u.User.Password(); ok && p != "" {
 			s = strings.ReplaceAll(s, p, "xxxxx")
+		}
+		if n := u.User.Username(); len(n) > 2 {
+			s = strings.ReplaceAll(s, n, "xxxxx")
 		}
 	}
 	return s
