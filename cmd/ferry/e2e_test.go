@@ -62,6 +62,9 @@ func TestE2E(t *testing.T) {
 			if tr.parking {
 				files = append(files, "testdata/e2e/parked.txtar")
 			}
+			if tr.name == "redis" || tr.name == "kafka" {
+				files = append(files, "testdata/e2e/offsets.txtar")
+			}
 			testscript.Run(t, testscript.Params{
 				Files:               files,
 				RequireExplicitExec: true,
@@ -83,10 +86,14 @@ func TestE2E(t *testing.T) {
 					"waitdlq":    waitDLQ,
 					"sumlag":     sumLag,
 					"waitlag":    waitLag,
+					"sleep":      sleepCmd,
 				},
 				Condition: func(cond string) (bool, error) {
-					if cond == "lag" { // the broker reports lag
+					switch cond {
+					case "lag": // the broker reports lag
 						return tr.name != "mqtt", nil
+					case "redis", "rabbitmq", "nats", "kafka", "mqtt", "sqs":
+						return tr.name == cond, nil
 					}
 					return false, fmt.Errorf("unknown condition %q", cond)
 				},
@@ -232,4 +239,11 @@ func TestE2EErrors(t *testing.T) {
 		RequireExplicitExec: true,
 		Cmds:                map[string]func(ts *testscript.TestScript, neg bool, args []string){"fails": fails},
 	})
+}
+
+// sleep DURATION.
+func sleepCmd(ts *testscript.TestScript, neg bool, args []string) {
+	d, err := time.ParseDuration(args[0])
+	ts.Check(err)
+	time.Sleep(d)
 }

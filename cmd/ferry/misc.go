@@ -148,6 +148,7 @@ have no offsets to move: replay from the DLQ instead. Run with --dry-run first.`
 	f.StringVar(&r.FromGroup, "to-group", "", "to this other group's position")
 	f.Int32SliceVar(&parts, "partition", nil, "Kafka: only these partitions (repeatable)")
 	f.BoolVar(&r.DryRun, "dry-run", false, "show the moves and change nothing")
+	f.DurationVar(&r.LiveIdle, "live-idle", ops.RedisLiveIdle, "Redis Streams: a consumer seen this recently is a live member")
 	c.AddCommand(reset)
 	return c
 }
@@ -235,7 +236,7 @@ Messages without an ID get a random one. Ctrl-C stops between messages.`,
 }
 
 func (a *app) tailCmd() *cobra.Command {
-	var topic string
+	var topic, ready string
 	var count int
 	c := &cobra.Command{
 		Use:   "tail",
@@ -255,7 +256,12 @@ SNS a queue of its own. It is impossible on a plain SQS queue (a queue is its on
 			ctx, cancel := context.WithCancel(c.Context())
 			defer cancel()
 			seen := 0
-			return ops.Tail(ctx, t, topic, func(m *handler.Message) error {
+			onReady := func() {
+				if ready != "" {
+					_ = os.WriteFile(ready, []byte("ready\n"), 0o644)
+				}
+			}
+			return ops.Tail(ctx, t, topic, onReady, func(m *handler.Message) error {
 				if a.output == "json" {
 					_ = a.json(map[string]any{"id": m.ID, "key": m.Key, "topic": m.Topic, "headers": m.Headers, "payload": ops.Payload(m.Payload)})
 				} else {
@@ -271,6 +277,8 @@ SNS a queue of its own. It is impossible on a plain SQS queue (a queue is its on
 	}
 	c.Flags().StringVar(&topic, "topic", "", "the topic to follow (required)")
 	c.Flags().IntVarP(&count, "count", "n", 0, "stop after this many messages (0: until Ctrl-C)")
+	c.Flags().StringVar(&ready, "ready-file", "", "write this file once following (for scripts)")
+	_ = c.Flags().MarkHidden("ready-file")
 	return c
 }
 

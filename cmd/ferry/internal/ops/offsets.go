@@ -30,6 +30,9 @@ type OffsetReset struct {
 	Offset    string
 	FromGroup string
 	DryRun    bool
+	// LiveIdle is how recently a Redis Streams consumer must have been seen
+	// to count as a live member; 0 means RedisLiveIdle.
+	LiveIdle time.Duration
 }
 
 // OffsetChange is one partition's (stream's) move; From and To are
@@ -68,7 +71,7 @@ func (r OffsetReset) check() error {
 // group's committed offsets, refused while the group has members. Redis
 // Streams: XGROUP SETID to 0, $, the entry before a time, an entry ID or
 // another group's last-delivered ID, refused while a consumer of the group
-// was seen within RedisLiveIdle. Other transports: an error wrapping
+// was seen within r.LiveIdle. Other transports: an error wrapping
 // [ErrNoOffsets].
 func ResetOffsets(ctx context.Context, t transport.Transport, r OffsetReset) ([]OffsetChange, error) {
 	if err := r.check(); err != nil {
@@ -183,13 +186,17 @@ func resetRedis(ctx context.Context, t *redisstream.Transport, r OffsetReset) ([
 		if err != nil {
 			return nil, err
 		}
+		live := r.LiveIdle
+		if live <= 0 {
+			live = RedisLiveIdle
+		}
 		if !r.DryRun {
 			cons, err := c.XInfoConsumers(ctx, key, r.Group).Result()
 			if err != nil {
 				return nil, fmt.Errorf("consumers of %q on %s: %w", r.Group, key, err)
 			}
 			for _, cn := range cons {
-				if cn.Idle < RedisLiveIdle || (cn.Inactive >= 0 && cn.Inactive < RedisLiveIdle) {
+				if cn.Idle < live || (cn.Inactive >= 0 && cn.Inactive < live) {
 					return nil, fmt.Errorf("%w: consumer %q of %q on %s was seen %s ago", ErrGroupActive, cn.Name, r.Group, key, cn.Idle.Round(time.Second))
 				}
 			}

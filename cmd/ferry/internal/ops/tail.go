@@ -20,7 +20,8 @@ var ErrCannotTail = errors.New("cannot follow this topic without consuming its c
 // with.
 const TailGroupPrefix = "ferry-tail-"
 
-// Tail follows topic from now on, calling fn for each message, until ctx
+// Tail follows topic from now on, calls ready (if not nil) once it
+// follows, and calls fn for each message, until ctx
 // ends or fn returns an error. It reads with a group of its own (a fresh
 // name under TailGroupPrefix), so it takes no message from anyone: on
 // Kafka, Redis Streams, NATS and memory a new group reading from the end
@@ -28,7 +29,7 @@ const TailGroupPrefix = "ferry-tail-"
 // its own bound to the topic; on MQTT a plain subscription; on SNS a queue
 // of its own. Where a queue is its consumers' only group (a plain SQS
 // queue) it refuses with [ErrCannotTail].
-func Tail(ctx context.Context, t transport.Transport, topic string, fn func(*handler.Message) error) error {
+func Tail(ctx context.Context, t transport.Transport, topic string, ready func(), fn func(*handler.Message) error) error {
 	if topic == "" {
 		return fmt.Errorf("%w: give --topic", ErrUsage)
 	}
@@ -61,6 +62,9 @@ func Tail(ctx context.Context, t transport.Transport, topic string, fn func(*han
 			}
 		}
 	}()
+	if ready != nil {
+		ready()
+	}
 	for {
 		d, err := s.Receive(ctx)
 		if err != nil {
