@@ -105,7 +105,7 @@ func (a *app) dlqLs() *cobra.Command {
 			}
 			rows := make([][]string, len(ds))
 			for i, d := range ds {
-				rows[i] = []string{d.ID, d.Key, d.Class, strconv.Itoa(d.Attempts), stamp(d.FirstFailure), d.Age.String(), short(firstLine(d.Reason), 60)}
+				rows[i] = []string{d.ID, dash(d.Key), d.Class, strconv.Itoa(d.Attempts), stamp(d.FirstFailure), d.Age.String(), short(firstLine(d.Reason), 60)}
 			}
 			a.table([]string{"ID", "KEY", "CLASS", "ATTEMPTS", "FIRST FAILURE", "AGE", "REASON"}, rows)
 			return nil
@@ -114,6 +114,13 @@ func (a *app) dlqLs() *cobra.Command {
 	f.add(c)
 	c.Flags().IntVar(&limit, "limit", 0, "list at most this many (0: all)")
 	return c
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func stamp(t time.Time) string {
@@ -158,7 +165,7 @@ func (a *app) dlqShow() *cobra.Command {
 			}
 			w := a.out
 			fmt.Fprintf(w, "ID:             %s\nKey:            %s\nOriginal topic: %s\nClass:          %s\nAttempts:       %d\nFirst failure:  %s\nLast failure:   %s\nReason:         %s\nHeaders:\n",
-				d.ID, d.Key, d.OriginalTopic, d.Class, d.Attempts, stamp(d.FirstFailure), stamp(d.LastFailure), firstLine(d.Reason))
+				d.ID, dash(d.Key), d.OriginalTopic, d.Class, d.Attempts, stamp(d.FirstFailure), stamp(d.LastFailure), firstLine(d.Reason))
 			keys := make([]string, 0, len(d.Headers))
 			for k := range d.Headers {
 				keys = append(keys, k)
@@ -259,8 +266,8 @@ func (a *app) replay(c *cobra.Command, f dlqFlags, s selFlags, ids []string, to 
 		res, err = ops.ReplayDLQ(c.Context(), t, name, sel, to, dry, bar)
 	}
 	done()
-	if res.Selected == nil {
-		res.Selected = []ops.DeadLetter{}
+	if err != nil && len(res.Selected) == 0 {
+		return err // nothing selected: the error says why
 	}
 	if a.output == "json" {
 		if jerr := a.json(res); jerr != nil {
@@ -274,7 +281,7 @@ func (a *app) replay(c *cobra.Command, f dlqFlags, s selFlags, ids []string, to 
 		if dry {
 			fmt.Fprintf(a.out, "dry run: would have %s %d dead letters of %s to %s:\n", verb, len(res.Selected), name, dest)
 			for _, d := range res.Selected {
-				fmt.Fprintf(a.out, "  %s  key %s  %s\n", d.ID, d.Key, short(firstLine(d.Reason), 60))
+				fmt.Fprintf(a.out, "  %s  key %s  %s\n", d.ID, dash(d.Key), short(firstLine(d.Reason), 60))
 			}
 		} else {
 			fmt.Fprintf(a.out, "%s %d of %d dead letters of %s to %s\n", verb, res.Replayed, len(res.Selected), name, dest)

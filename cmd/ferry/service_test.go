@@ -34,16 +34,16 @@ func serviceMain() {
 	fixed := fs.String("fixed", "fixed", "file whose existence fixes bad messages")
 	ready := fs.String("ready", "ready", "file written once subscribed")
 	_ = fs.Parse(os.Args[1:])
-	if err := service(*url, *topic, *group, *lotDSN, *applied, *fixed, *ready); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := service(ctx, *url, *topic, *group, *lotDSN, *applied, *fixed, *ready); err != nil {
 		fmt.Fprintln(os.Stderr, "ferry-service:", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
 }
 
-func service(url, topic, group, lotDSN, appliedFile, fixedFile, readyFile string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+func service(ctx context.Context, url, topic, group, lotDSN, appliedFile, fixedFile, readyFile string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	t, err := ops.Open(ctx, url)
 	if err != nil {

@@ -59,7 +59,11 @@ func Open(ctx context.Context, rawURL string) (transport.Transport, error) {
 		if errors.Is(err, transport.ErrUnknownScheme) || errors.Is(err, transport.ErrInvalidOption) {
 			return nil, fmt.Errorf("%w: %s", ErrUsage, scrub(err, rawURL))
 		}
-		return nil, fmt.Errorf("%s: %s", transport.RedactString(rawURL), scrub(err, rawURL))
+		msg, red := scrub(err, rawURL), transport.RedactString(rawURL)
+		if !strings.Contains(msg, red) {
+			msg = red + ": " + msg
+		}
+		return nil, errors.New(msg)
 	}
 	return t, nil
 }

@@ -3,6 +3,8 @@ package ops
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -70,7 +72,16 @@ func DeclaredURL(ctx context.Context, rawURL, topic, group string) (SemanticsRow
 		defer cancel()
 		_ = t.Close(cctx)
 	}()
-	return Declared(t, transport.RedactString(rawURL), topic, group)
+	label := transport.RedactString(rawURL)
+	if u, err := url.Parse(rawURL); err == nil && u.RawQuery != "" {
+		var keys []string
+		for k := range u.Query() {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		label += " (options: " + strings.Join(keys, ", ") + ")" // values may be secrets
+	}
+	return Declared(t, label, topic, group)
 }
 
 func yes(b bool) string {
