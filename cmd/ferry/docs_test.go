@@ -135,7 +135,9 @@ func TestOperationsDoc(t *testing.T) {
 			kctx, kcancel := context.WithCancel(ctx)
 			kready := filepath.Join(dir, "kready")
 			kdone := make(chan error, 1)
-			go func() { kdone <- service(kctx, kafkaURL, topic, group, "", filepath.Join(dir, "kapplied"), fixed, kready) }()
+			go func() {
+				kdone <- service(kctx, kafkaURL, topic, group, "", filepath.Join(dir, "kapplied"), fixed, kready)
+			}()
 			waitFor("the Kafka service", func() bool { _, err := os.Stat(kready); return err == nil })
 			for i := 1; i <= 4; i++ {
 				if out, code := ferry("publish", "--url", kafkaURL, "--topic", topic, "--key", "k", "--id", "k-"+strconv.Itoa(i), "x"); code != 0 {

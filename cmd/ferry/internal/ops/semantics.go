@@ -30,6 +30,9 @@ type SemanticsRow struct {
 	Headers         bool   `json:"headers"`
 	MaxPayload      int    `json:"max_payload"`
 	RedeliveryDelay string `json:"redelivery_delay"`
+	// ProvedBy names the conformance test that proves the row, in the
+	// generated table of the docs.
+	ProvedBy string `json:"proved_by,omitempty"`
 }
 
 // RowOf turns sem into a row labelled config.
@@ -94,15 +97,19 @@ func yes(b bool) string {
 // Markdown renders rows as the table of docs/transports/README.md.
 func Markdown(rows []SemanticsRow) string {
 	var b strings.Builder
-	b.WriteString("| configuration | Ordering | Ack | Redelivery | NackDelay | Broker attempts | Extend | NativeDLQ | FanOut | Replay | Headers | MaxPayload |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| configuration | Ordering | Ack | Redelivery | NackDelay | Broker attempts | Extend | NativeDLQ | FanOut | Replay | Headers | MaxPayload | proved by |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		maxp := "-"
 		if r.MaxPayload > 0 {
 			maxp = strconv.Itoa(r.MaxPayload)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Config, r.Ordering, r.Ack, r.Redelivery,
-			yes(r.NackDelay), yes(r.Attempts), yes(r.Extend), yes(r.NativeDLQ), yes(r.FanOut), yes(r.Replay), yes(r.Headers), maxp)
+		proved := r.ProvedBy
+		if proved == "" {
+			proved = "-"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Config, r.Ordering, r.Ack, r.Redelivery,
+			yes(r.NackDelay), yes(r.Attempts), yes(r.Extend), yes(r.NativeDLQ), yes(r.FanOut), yes(r.Replay), yes(r.Headers), maxp, proved)
 	}
 	return b.String()
 }
