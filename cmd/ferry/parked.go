@@ -227,7 +227,7 @@ func (a *app) parkedDrop() *cobra.Command {
 			if dry {
 				what = "dry run: would drop"
 			}
-			fmt.Fprintf(a.out, "%s %s on %s: %d messages %v (audit: by %s: %s)\n", what, d.Key, d.Subscription, len(d.IDs), d.IDs, d.Audit.By, d.Audit.Reason)
+			fmt.Fprintf(a.out, "%s %s on %s: %d messages %v (audit: by %s: %s)\n", what, d.Key, d.Subscription, len(d.IDs), d.IDs, d.By, d.Why)
 			return nil
 		},
 	}

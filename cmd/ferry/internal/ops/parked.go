@@ -189,34 +189,71 @@ func WaitRelease(ctx context.Context, lot parking.Lot, sub, key, by string, inte
 	return p, err
 }
 
+// DroppedKey is the audit record of a dropped key, as an operator sees
+// it.
+type DroppedKey struct {
+	Subscription string    `json:"subscription"`
+	Key          string    `json:"key"`
+	FirstID      string    `json:"first_id"`
+	Reason       string    `json:"failure"` // the failure that parked it
+	IDs          []string  `json:"ids"`     // the messages discarded, in order
+	By           string    `json:"dropped_by"`
+	Why          string    `json:"reason"`
+	DroppedAt    time.Time `json:"dropped_at,omitzero"` // zero in a dry run
+	DryRun       bool      `json:"dry_run"`
+}
+
+func droppedKeyOf(d parking.Dropped, dry bool) DroppedKey {
+	ids := d.IDs
+	if ids == nil {
+		ids = []string{}
+	}
+	return DroppedKey{Subscription: d.Subscription, Key: d.Key, FirstID: d.FirstID, Reason: d.Failure.Error, IDs: ids,
+		By: d.Audit.By, Why: d.Audit.Reason, DroppedAt: d.DroppedAt, DryRun: dry}
+}
+
 // DropParked discards key's parked messages on sub without replaying them,
 // keeping the lot's audit record (who, why, which IDs), and returns it.
 // With dryRun it returns what would be dropped and changes nothing.
-func DropParked(ctx context.Context, lot parking.Lot, sub, key string, a parking.Audit, dryRun bool) (parking.Dropped, error) {
+func DropParked(ctx context.Context, lot parking.Lot, sub, key string, a parking.Audit, dryRun bool) (DroppedKey, error) {
 	if sub == "" || key == "" {
-		return parking.Dropped{}, fmt.Errorf("%w: give --subscription and the key", ErrUsage)
+		return DroppedKey{}, fmt.Errorf("%w: give --subscription and the key", ErrUsage)
 	}
 	if a.Reason == "" {
-		return parking.Dropped{}, fmt.Errorf("%w: give --reason: the audit record keeps it", ErrUsage)
+		return DroppedKey{}, fmt.Errorf("%w: give --reason: the audit record keeps it", ErrUsage)
 	}
 	if dryRun {
 		k, err := lot.Key(ctx, sub, key)
 		if err != nil {
-			return parking.Dropped{}, fmt.Errorf("key %q on %s: %w", key, sub, err)
+			return DroppedKey{}, fmt.Errorf("key %q on %s: %w", key, sub, err)
 		}
 		es, err := lot.Messages(ctx, sub, key, 0, 0)
 		if err != nil {
-			return parking.Dropped{}, fmt.Errorf("key %q on %s: %w", key, sub, err)
+			return DroppedKey{}, fmt.Errorf("key %q on %s: %w", key, sub, err)
 		}
 		d := parking.Dropped{KeyInfo: k, Audit: a}
 		for _, e := range es {
 			d.IDs = append(d.IDs, e.Message.ID)
 		}
-		return d, nil
+		return droppedKeyOf(d, true), nil
 	}
 	d, err := lot.Drop(ctx, sub, key, a)
 	if err != nil {
-		return d, fmt.Errorf("drop key %q on %s: %w", key, sub, err)
+		return DroppedKey{}, fmt.Errorf("drop key %q on %s: %w", key, sub, err)
 	}
-	return d, nil
+	return droppedKeyOf(d, false), nil
+}
+
+// Audits returns the audit records of the keys dropped on sub, oldest
+// first.
+func Audits(ctx context.Context, lot parking.Lot, sub string) ([]DroppedKey, error) {
+	ds, err := lot.Audits(ctx, sub)
+	if err != nil {
+		return nil, fmt.Errorf("audit records of %s: %w", sub, err)
+	}
+	out := make([]DroppedKey, len(ds))
+	for i, d := range ds {
+		out[i] = droppedKeyOf(d, false)
+	}
+	return out, nil
 }
