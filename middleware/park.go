@@ -242,6 +242,18 @@ func OnLotError(fn func(op string, m *handler.Message, err error)) ParkOption {
 // nothing is reordered; an outage of the lot stalls the subscription.
 // Each failure goes to [OnLotError].
 //
+// # Release requests
+//
+// Park carries out the release requests operators record in its lot
+// ([parking.Lot.RequestRelease]: `ferry parked release`): the Router
+// starts Park's background work for each subscription it runs the chain
+// on ([handler.Backgrounder]), which every second ([ReleaseRequests])
+// reads the subscription's requests and releases each key with
+// [parking.Release] through this Park and the handlers inside it. The
+// middleware outside Park does not see replayed messages (they are Park's
+// to settle). A chain wrapped in a middleware of another package that does
+// not forward Background carries out no requests.
+//
 // # Where it goes
 //
 // Outside [Retry] (it acts after the retries are spent), outside [Dedupe]
