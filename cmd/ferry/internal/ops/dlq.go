@@ -125,6 +125,9 @@ func DLQOf(t transport.Transport, topic, group, dlqName string) (string, error) 
 	if group == "" && topic == "" {
 		return "", fmt.Errorf("%w: name the DLQ: give --group (and --topic) or --dlq", ErrUsage)
 	}
+	if topic == "" {
+		topic = group // where a queue is its one group (SQS), the group names it
+	}
 	return transport.DLQName(t, transport.Subscription{Topic: topic, Group: group}), nil
 }
 
@@ -143,6 +146,8 @@ func ListDLQ(ctx context.Context, t transport.Transport, name string, limit int)
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
 	es, err := dlq.List(ctx, d, name, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list DLQ %s: %w", name, err)
@@ -270,7 +275,9 @@ func ReplayDLQ(ctx context.Context, t transport.Transport, name string, s Select
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("replay %s: stopped after %d of %d: %w", name, res.Replayed, len(sel), err)
 		}
-		n, err := d.ReplayDLQ(ctx, name, transport.Replay{IDs: []string{m.ID}, To: to, Limit: 1})
+		cctx, cancel := context.WithTimeout(ctx, CallTimeout)
+		n, err := d.ReplayDLQ(cctx, name, transport.Replay{IDs: []string{m.ID}, To: to, Limit: 1})
+		cancel()
 		res.Replayed += n
 		if err != nil {
 			return res, fmt.Errorf("replay %s: message %q (after %d of %d): %w", name, m.ID, res.Replayed, len(sel), err)

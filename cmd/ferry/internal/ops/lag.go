@@ -27,6 +27,8 @@ func Lag(ctx context.Context, t transport.Transport, topic, group string) ([]Lag
 	if !ok {
 		return nil, fmt.Errorf("this transport cannot report lag: %w", errors.ErrUnsupported)
 	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
 	ls, err := lr.Lag(ctx, transport.Subscription{Topic: topic, Group: group})
 	if err != nil {
 		return nil, fmt.Errorf("lag of group %q on %s: %w", group, topic, err)

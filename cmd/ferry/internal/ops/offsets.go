@@ -77,6 +77,8 @@ func ResetOffsets(ctx context.Context, t transport.Transport, r OffsetReset) ([]
 	if err := r.check(); err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
 	switch t := t.(type) {
 	case *kafka.Transport:
 		return resetKafka(ctx, t, r)

@@ -45,6 +45,11 @@ var ErrNotInDLQ = errors.New("not in the DLQ")
 // first round trip.
 const DefaultTimeout = 10 * time.Second
 
+// CallTimeout bounds one broker or store operation of this package (a
+// listing, one message's replay, a lag read) when the caller's context
+// has no earlier deadline.
+const CallTimeout = 30 * time.Second
+
 // Open opens the transport rawURL names, within DefaultTimeout unless ctx
 // ends first. Its errors name the URL only as [transport.RedactString] prints
 // it.

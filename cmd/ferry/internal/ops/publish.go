@@ -92,7 +92,10 @@ func Publish(ctx context.Context, t transport.Publisher, msgs []*handler.Message
 		if err := ctx.Err(); err != nil {
 			return i, fmt.Errorf("publish: stopped after %d of %d: %w", i, len(msgs), err)
 		}
-		if err := t.Publish(ctx, m); err != nil {
+		cctx, cancel := context.WithTimeout(ctx, CallTimeout)
+		err := t.Publish(cctx, m)
+		cancel()
+		if err != nil {
 			return i, fmt.Errorf("publish %q to %s (after %d of %d): %w", m.ID, m.Topic, i, len(msgs), err)
 		}
 		if progress != nil {
