@@ -20,6 +20,7 @@ import (
 	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/parking"
+	"github.com/ferrymq/ferry/store/pgstore"
 )
 
 func TestMain(m *testing.M) {
@@ -38,16 +39,17 @@ func (f fauxqsMain) Run() int { return fauxqs.Main(f.m) }
 type e2eTransport struct {
 	name, url string
 	parking   bool // ordered: the parked-key scripts run too
+	pgLot     bool // the lot on PostgreSQL (else on Redis)
 }
 
 func e2eTransports(t *testing.T) []e2eTransport {
 	return []e2eTransport{
-		{"redis", testbrokers.URL(t, "redis://127.0.0.1:6379"), true},
-		{"rabbitmq", testbrokers.URL(t, "amqp://guest:guest@127.0.0.1:5672/"), true},
-		{"nats", testbrokers.URL(t, "nats://127.0.0.1:4222"), true},
-		{"kafka", testbrokers.URL(t, "kafka://127.0.0.1:9092"), true},
-		{"mqtt", testbrokers.URL(t, "mqtt://127.0.0.1:1883"), false},
-		{"sqs", testbrokers.URL(t, "sqs://?region=us-east-1&wait=1s&visibility=5s"), false},
+		{"redis", testbrokers.URL(t, "redis://127.0.0.1:6379"), true, false},
+		{"rabbitmq", testbrokers.URL(t, "amqp://guest:guest@127.0.0.1:5672/"), true, false},
+		{"nats", testbrokers.URL(t, "nats://127.0.0.1:4222"), true, true},
+		{"kafka", testbrokers.URL(t, "kafka://127.0.0.1:9092"), true, true},
+		{"mqtt", testbrokers.URL(t, "mqtt://127.0.0.1:1883"), false, false},
+		{"sqs", testbrokers.URL(t, "sqs://?region=us-east-1&wait=1s&visibility=5s"), false, false},
 	}
 }
 
@@ -62,6 +64,10 @@ func TestE2E(t *testing.T) {
 			if tr.parking {
 				files = append(files, "testdata/e2e/parked.txtar")
 			}
+			lotDSN := func(id string) string { return testenv.RedisURL() + "?prefix=e2e-" + id }
+			if tr.pgLot {
+				lotDSN = pgLot(t)
+			}
 			if tr.name == "redis" || tr.name == "kafka" {
 				files = append(files, "testdata/e2e/offsets.txtar")
 			}
@@ -74,7 +80,7 @@ func TestE2E(t *testing.T) {
 					env.Setenv("URL", tr.url)
 					env.Setenv("TOPIC", "e2e-"+tr.name+"-"+id)
 					env.Setenv("GROUP", "g-"+tr.name+"-"+id)
-					env.Setenv("PARKING", testenv.RedisURL()+"?prefix=e2e-"+id)
+					env.Setenv("PARKING", lotDSN(id))
 					for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
 						env.Setenv(k, os.Getenv(k))
 					}
@@ -246,4 +252,27 @@ func sleepCmd(ts *testscript.TestScript, neg bool, args []string) {
 	d, err := time.ParseDuration(args[0])
 	ts.Check(err)
 	time.Sleep(d)
+}
+
+// pgLot returns a function that makes a PostgreSQL lot per script: its
+// tables migrated under a fresh prefix, dropped when t ends.
+func pgLot(t *testing.T) func(id string) string {
+	db := testenv.Postgres(t, 2)
+	return func(id string) string {
+		prefix := "e2e_" + strings.ReplaceAll(id, "-", "_")
+		ctx := context.Background()
+		if err := pgstore.MigrateParking(ctx, db, prefix); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			for _, tb := range []string{"_keys", "_messages", "_versions", "_audit"} {
+				_, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+prefix+tb)
+			}
+		})
+		sep := "?"
+		if strings.Contains(testenv.PostgresURL(), "?") {
+			sep = "&"
+		}
+		return testenv.PostgresURL() + sep + "prefix=" + prefix
+	}
 }
