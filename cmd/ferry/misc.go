@@ -242,8 +242,9 @@ func (a *app) tailCmd() *cobra.Command {
 		Use:   "tail",
 		Short: "Follow a topic without taking anyone's messages, where the broker allows",
 		Long: `tail reads with a group of its own: Kafka, Redis Streams, NATS and memory a new group
-from the end; RabbitMQ a queue of its own bound to the topic; MQTT a plain subscription;
-SNS a queue of its own. It is impossible on a plain SQS queue (a queue is its one group).`,
+from the end; RabbitMQ an exclusive auto-delete queue bound to the topic's exchange; MQTT
+a plain subscription; SNS a queue of its own. It is impossible on a plain SQS queue (a
+queue is its one group).`,
 		Example: `  ferry tail --topic orders
   ferry tail --topic orders -o json -n 10`,
 		Args: cobra.NoArgs,
@@ -261,7 +262,7 @@ SNS a queue of its own. It is impossible on a plain SQS queue (a queue is its on
 					_ = os.WriteFile(ready, []byte("ready\n"), 0o644)
 				}
 			}
-			return ops.Tail(ctx, t, topic, onReady, func(m *handler.Message) error {
+			return ops.Tail(ctx, t, a.url, topic, onReady, func(m *handler.Message) error {
 				if a.output == "json" {
 					_ = a.json(map[string]any{"id": m.ID, "key": m.Key, "topic": m.Topic, "headers": m.Headers, "payload": ops.Payload(m.Payload)})
 				} else {

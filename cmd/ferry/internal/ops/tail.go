@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/rabbitmq"
 	"github.com/ferrymq/ferry/transport/redisstream"
 )
 
@@ -25,13 +26,17 @@ const TailGroupPrefix = "ferry-tail-"
 // ends or fn returns an error. It reads with a group of its own (a fresh
 // name under TailGroupPrefix), so it takes no message from anyone: on
 // Kafka, Redis Streams, NATS and memory a new group reading from the end
-// (Redis Streams' group is destroyed at the end); on RabbitMQ a queue of
-// its own bound to the topic; on MQTT a plain subscription; on SNS a queue
+// (Redis Streams' group is destroyed at the end); on RabbitMQ a
+// server-named exclusive auto-delete queue bound to the topic's exchange
+// (rawURL is the transport's URL, for that connection); on MQTT a plain subscription; on SNS a queue
 // of its own. Where a queue is its consumers' only group (a plain SQS
 // queue) it refuses with [ErrCannotTail].
-func Tail(ctx context.Context, t transport.Transport, topic string, ready func(), fn func(*handler.Message) error) error {
+func Tail(ctx context.Context, t transport.Transport, rawURL, topic string, ready func(), fn func(*handler.Message) error) error {
 	if topic == "" {
 		return fmt.Errorf("%w: give --topic", ErrUsage)
+	}
+	if _, ok := t.(*rabbitmq.Transport); ok {
+		return tailRabbitMQ(ctx, rawURL, topic, ready, fn)
 	}
 	group := TailGroupPrefix + NewID()[:10]
 	sub := transport.Subscription{Topic: topic, Group: group}
