@@ -21,14 +21,23 @@ func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, 
 
 func (a *app) lagCmd() *cobra.Command {
 	var topic, group string
-	var watch time.Duration
+	var watching bool
+	var every time.Duration
+	var times int
 	c := &cobra.Command{
 		Use:   "lag",
 		Short: "Show how far a group is behind, per partition, shard or queue",
 		Example: `  ferry lag --topic orders --group inventory
-  ferry lag --topic orders --group inventory --watch 2s`,
+  ferry lag --topic orders --group inventory --watch --every 5s`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if every <= 0 {
+				return usageError{fmt.Errorf("--every %s: want a positive duration", every)}
+			}
+			watch := time.Duration(0)
+			if watching {
+				watch = every
+			}
 			t, closeT, err := a.open(c.Context())
 			if err != nil {
 				return err
@@ -56,7 +65,8 @@ func (a *app) lagCmd() *cobra.Command {
 					}
 					a.table([]string{"TOPIC", "GROUP", "PARTITION", "BEHIND", "OLDEST"}, tr)
 				}
-				if watch <= 0 {
+				times--
+				if watch <= 0 || times == 0 {
 					return nil
 				}
 				select {
@@ -69,8 +79,9 @@ func (a *app) lagCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&topic, "topic", "", "the topic (required)")
 	c.Flags().StringVar(&group, "group", "", "the consumer group")
-	c.Flags().DurationVar(&watch, "watch", 0, "refresh every this long until Ctrl-C")
-	c.Flags().Lookup("watch").NoOptDefVal = "2s"
+	c.Flags().BoolVar(&watching, "watch", false, "refresh in place until Ctrl-C")
+	c.Flags().DurationVar(&every, "every", 2*time.Second, "with --watch, refresh this often")
+	c.Flags().IntVar(&times, "times", 0, "with --watch, stop after this many reads (0: until Ctrl-C)")
 	return c
 }
 
