@@ -240,9 +240,16 @@ func fails(ts *testscript.TestScript, neg bool, args []string) {
 // unreachable broker, wrong credentials, a missing group or message, bad
 // flags; exit codes, one-line errors, and no credential on stderr.
 func TestE2EErrors(t *testing.T) {
+	topic := "ferry-e2e-stdin-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	rc := testenv.Redis(t)
+	t.Cleanup(func() { rc.Del(context.Background(), topic) })
 	testscript.Run(t, testscript.Params{
 		Files:               []string{"testdata/e2e/errors.txtar"},
 		RequireExplicitExec: true,
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("TOPIC", topic)
+			return nil
+		},
 		Cmds:                map[string]func(ts *testscript.TestScript, neg bool, args []string){"fails": fails},
 	})
 }

@@ -140,3 +140,32 @@ func TestReadMessages(t *testing.T) {
 		t.Errorf("a bad line: %v", err)
 	}
 }
+
+// Replay --to another topic: the message arrives there with its ID, key
+// and payload and without the dead-letter headers, and leaves the DLQ.
+func TestReplayToAnotherTopic(t *testing.T) {
+	ctx := context.Background()
+	b := deadLetters(t, 2, time.Now())
+	st, err := b.Subscribe(ctx, transport.Subscription{Topic: "orders.retry", Group: "g", StartAtOldest: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(ctx)
+	res, err := ops.ReplayDLQ(ctx, b, "inventory.dlq", ops.Selection{Keys: []string{"k-1"}}, "orders.retry", false, nil)
+	if err != nil || res.Replayed != 1 {
+		t.Fatalf("replay = %+v, %v", res, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	d, err := st.Receive(rctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := d.Message()
+	if m.ID != "evt-1" || m.Key != "k-1" || string(m.Payload) != "x" || m.Header(transport.HeaderError) != "" {
+		t.Errorf("replayed message: %s %s %q %v", m.ID, m.Key, m.Payload, m.Headers)
+	}
+	if left, _ := ops.ListDLQ(ctx, b, "inventory.dlq", 0); ids(left) != "evt-0" {
+		t.Errorf("left: %s", ids(left))
+	}
+}
