@@ -250,7 +250,7 @@ func TestE2EErrors(t *testing.T) {
 			env.Setenv("TOPIC", topic)
 			return nil
 		},
-		Cmds:                map[string]func(ts *testscript.TestScript, neg bool, args []string){"fails": fails},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"fails": fails},
 	})
 }
 
