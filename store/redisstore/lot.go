@@ -405,7 +405,7 @@ func (l *Lot) Audits(ctx context.Context, sub string) ([]parking.Dropped, error)
 // RequestRelease records a release request; see [parking.Lot.RequestRelease].
 func (l *Lot) RequestRelease(ctx context.Context, sub, key, by string) error {
 	_, _, k, _, _ := l.keysOf(sub, key)
-	n, err := requestScript.Run(ctx, l.c, []string{k, l.base(sub) + "req"}, key, by).Int()
+	n, err := requestScript.Run(ctx, l.c, []string{k, l.base(sub) + "req", l.base(sub) + "reqseq"}, key, by).Int()
 	if err != nil {
 		return wrap("request release", sub, key, err)
 	}

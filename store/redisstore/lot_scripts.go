@@ -16,7 +16,8 @@ import goredis "github.com/redis/go-redis/v9"
 //	B m:<key>    zset    parked messages: score seq, member "<seq>:<ms>:<json>"
 //	B i:<key>    set     IDs of the messages still parked, for duplicates
 //	B audit      list    JSON audit records of dropped keys
-//	B req        zset    keys with a pending release request, scored by its time (ms)
+//	B req        zset    keys with a pending release request, scored in request order
+//	B reqseq     string  the request order's counter
 const luaNow = `local function now() local t = redis.call('TIME') return t[1]*1000 + math.floor(t[2]/1000) end
 `
 
@@ -153,12 +154,11 @@ redis.call('INCR', KEYS[1])
 return {1, rec}
 `)
 
-// request: KEYS k req; ARGV key by → 1 recorded (or pending already), 0 not parked
+// request: KEYS k req reqseq; ARGV key by → 1 recorded (or pending already), 0 not parked
 var requestScript = goredis.NewScript(luaNow + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if redis.call('HEXISTS', KEYS[1], 'req_at') == 1 then return 1 end
-local ts = now()
-redis.call('HSET', KEYS[1], 'req_by', ARGV[2], 'req_at', ts)
-redis.call('ZADD', KEYS[2], ts, ARGV[1])
+redis.call('HSET', KEYS[1], 'req_by', ARGV[2], 'req_at', now())
+redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[1])
 return 1
 `)
