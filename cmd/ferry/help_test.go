@@ -30,8 +30,8 @@ func TestHelpHasExamples(t *testing.T) {
 		}
 	}
 	walk(a.root())
-	if n < 17 {
-		t.Errorf("walked %d commands, want the 17 of the tree", n)
+	if n < 18 {
+		t.Errorf("walked %d commands, want the 18 of the tree", n)
 	}
 	var out bytes.Buffer
 	if code := run([]string{"dlq", "replay", "--help"}, nil, &out, &out); code != 0 || !strings.Contains(out.String(), "Examples:\n  ferry dlq replay") {

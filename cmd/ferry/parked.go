@@ -31,7 +31,7 @@ func (a *app) parkedCmd() *cobra.Command {
 		Example: `  ferry parked ls --parking postgres://127.0.0.1:5432/app
   ferry parked release --subscription inventory order-7`,
 	}
-	c.AddCommand(a.parkedLs(), a.parkedShow(), a.parkedRelease(), a.parkedDrop())
+	c.AddCommand(a.parkedLs(), a.parkedShow(), a.parkedRelease(), a.parkedDrop(), a.parkedAudit())
 	return c
 }
 
@@ -235,5 +235,40 @@ func (a *app) parkedDrop() *cobra.Command {
 	c.Flags().StringVar(&reason, "reason", "", "why, for the audit record (required)")
 	c.Flags().BoolVar(&dry, "dry-run", false, "show what would be dropped and change nothing")
 	c.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
+	return c
+}
+
+func (a *app) parkedAudit() *cobra.Command {
+	var sub string
+	c := &cobra.Command{
+		Use:     "audit",
+		Short:   "List the audit records of the keys dropped on a subscription, oldest first",
+		Example: `  ferry parked audit --subscription inventory -o json`,
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if sub == "" {
+				return usageError{fmt.Errorf("give --subscription")}
+			}
+			lot, err := a.lot(c)
+			if err != nil {
+				return err
+			}
+			defer lot.Close()
+			ds, err := ops.Audits(c.Context(), lot, sub)
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.json(ds)
+			}
+			rows := make([][]string, len(ds))
+			for i, d := range ds {
+				rows[i] = []string{stamp(d.DroppedAt), d.Key, strconv.Itoa(len(d.IDs)), d.By, d.Why}
+			}
+			a.table([]string{"DROPPED AT", "KEY", "MESSAGES", "BY", "REASON"}, rows)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&sub, "subscription", "", "the subscription (required)")
 	return c
 }

@@ -253,6 +253,7 @@ func Audits(ctx context.Context, lot parking.Lot, sub string) ([]DroppedKey, err
 	}
 	out := make([]DroppedKey, len(ds))
 	for i, d := range ds {
+		d.Subscription = sub
 		out[i] = droppedKeyOf(d, false)
 	}
 	return out, nil
