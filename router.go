@@ -247,6 +247,13 @@ func (r *Router) Run(ctx context.Context) error {
 		s.start(intakeCtx, handlerCtx, r.cfg.tel)
 	}
 	var polling sync.WaitGroup
+	for _, s := range subs {
+		polling.Add(1)
+		go func() {
+			defer polling.Done()
+			background(intakeCtx, s)
+		}()
+	}
 	if r.cfg.lagInterval > 0 {
 		polling.Add(1)
 		go func() {
@@ -401,4 +408,10 @@ func orderError(name string, sem transport.Semantics, o ordering, h handler.Hand
 	}
 	return fmt.Errorf("%w: subscription %q %s, but transport %q keeps no order here%s",
 		ErrInvalidOption, name, why, sem.Transport, hint)
+}
+
+// background runs s's handler chain's own work ([handler.Backgrounder]:
+// Park's release requests) until ctx ends.
+func background(ctx context.Context, s *subscription) {
+	handler.Background(ctx, s.handler, s.name)
 }

@@ -68,3 +68,23 @@ func NeedsOrder(h Handler) bool {
 	n, ok := h.(OrderNeeder)
 	return ok && n.NeedsOrder()
 }
+
+// A Backgrounder is a Handler with work of its own to run while a Router
+// runs a subscription through it: middleware.Park carries out the release
+// requests operators record in its lot (the ferry command's parked
+// release). The Router calls Background once per subscription at Run, on a
+// goroutine of its own, with the subscription's name and a context that
+// ends when intake stops, and waits for it to return before Run returns.
+// Middleware that wraps another Handler forwards it, as it does
+// [OrderNeeder].
+type Backgrounder interface {
+	Background(ctx context.Context, subscription string)
+}
+
+// Background runs h's background work for subscription if h has any
+// ([Backgrounder]), and returns when it ends; otherwise it returns at once.
+func Background(ctx context.Context, h Handler, subscription string) {
+	if b, ok := h.(Backgrounder); ok {
+		b.Background(ctx, subscription)
+	}
+}

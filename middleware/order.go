@@ -142,3 +142,31 @@ func (h *timeoutHandler) NeedsOrder() bool { return handler.NeedsOrder(h.next) }
 
 // NeedsOrder forwards to the wrapped handler.
 func (h *recoverHandler) NeedsOrder() bool { return handler.NeedsOrder(h.next) }
+
+// The middleware of this package forward [handler.Backgrounder] too, so
+// that the Router starts Park's release requests through a whole chain.
+
+// Background forwards to the wrapped handler.
+func (h *retryHandler) Background(ctx context.Context, sub string) {
+	handler.Background(ctx, h.next, sub)
+}
+
+// Background forwards to the wrapped handler.
+func (h *dedupeHandler) Background(ctx context.Context, sub string) {
+	handler.Background(ctx, h.next, sub)
+}
+
+// Background forwards to the wrapped handler.
+func (h *deadLetterHandler) Background(ctx context.Context, sub string) {
+	handler.Background(ctx, h.next, sub)
+}
+
+// Background forwards to the wrapped handler.
+func (h *timeoutHandler) Background(ctx context.Context, sub string) {
+	handler.Background(ctx, h.next, sub)
+}
+
+// Background forwards to the wrapped handler.
+func (h *recoverHandler) Background(ctx context.Context, sub string) {
+	handler.Background(ctx, h.next, sub)
+}

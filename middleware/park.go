@@ -89,6 +89,44 @@ type parkConfig struct {
 	onParked   func(ParkEvent)
 	onAppended func(sub string, m *handler.Message)
 	onLotError func(op string, m *handler.Message, err error)
+	poll       time.Duration // release requests; 0: default, <0: off
+	lease      time.Duration
+}
+
+// DefaultReleasePoll is how often [Park] looks for release requests in its
+// lot, per subscription, unless [ReleaseRequests] says otherwise.
+const DefaultReleasePoll = time.Second
+
+// ReleaseRequests sets how often [Park] looks in its lot for release
+// requests ([parking.Lot.RequestRelease], made by `ferry parked release`)
+// of each subscription the Router runs it on, overriding one second
+// ([DefaultReleasePoll]); every is at least 10ms. ReleaseRequests(0) turns
+// the requests off: this process then releases keys only when a program
+// calls [parking.Release].
+func ReleaseRequests(every time.Duration) ParkOption {
+	return parkOption(func(c *parkConfig) {
+		switch {
+		case every == 0:
+			c.poll = -1
+		case every < 10*time.Millisecond:
+			c.failf("ReleaseRequests(%s): want 0 or at least 10ms", every)
+		default:
+			c.poll = every
+		}
+	})
+}
+
+// ReleaseLease sets the lock lease of the releases Park carries out for
+// requests ([parking.LockLease]), overriding one minute. d is at least
+// 1ms.
+func ReleaseLease(d time.Duration) ParkOption {
+	return parkOption(func(c *parkConfig) {
+		if d < time.Millisecond {
+			c.failf("ReleaseLease(%s): want at least 1ms", d)
+			return
+		}
+		c.lease = d
+	})
 }
 
 // CopyToDLQ makes [Park] also publish the first failing message of each
@@ -204,6 +242,18 @@ func OnLotError(fn func(op string, m *handler.Message, err error)) ParkOption {
 // nothing is reordered; an outage of the lot stalls the subscription.
 // Each failure goes to [OnLotError].
 //
+// # Release requests
+//
+// Park carries out the release requests operators record in its lot
+// ([parking.Lot.RequestRelease]: `ferry parked release`): the Router
+// starts Park's background work for each subscription it runs the chain
+// on ([handler.Backgrounder]), which every second ([ReleaseRequests])
+// reads the subscription's requests and releases each key with
+// [parking.Release] through this Park and the handlers inside it. The
+// middleware outside Park does not see replayed messages (they are Park's
+// to settle). A chain wrapped in a middleware of another package that does
+// not forward Background carries out no requests.
+//
 // # Where it goes
 //
 // Outside [Retry] (it acts after the retries are spent), outside [Dedupe]
@@ -231,6 +281,12 @@ func Park(lot parking.Lot, opts ...ParkOption) (handler.Middleware, error) {
 	}
 	if lot == nil {
 		return nil, fmt.Errorf("%w: Park needs a lot", ErrInvalidOption)
+	}
+	if c.poll == 0 {
+		c.poll = DefaultReleasePoll
+	}
+	if c.lease == 0 {
+		c.lease = parking.DefaultLockLease
 	}
 	checker, _ := lot.(parking.Checker)
 	return func(next handler.Handler) handler.Handler {
@@ -326,6 +382,54 @@ func (h *parkHandler) Handle(ctx context.Context, m *handler.Message) error {
 		h.parked(ctx, sub, m, herr, f)
 	}
 	return nil
+}
+
+// Background carries out the release requests of subscription sub
+// ([parking.Lot.Requests]) until ctx ends: every poll interval
+// ([ReleaseRequests]) it reads them and releases each key in turn with
+// [parking.Release] through this Park and the handlers inside it. Every
+// process running sub does so; the key's lock lets one replay and the
+// others skip it. The Router calls it ([handler.Backgrounder]).
+func (h *parkHandler) Background(ctx context.Context, sub string) {
+	if h.cfg.poll < 0 {
+		return
+	}
+	log := h.cfg.logger()
+	t := time.NewTicker(h.cfg.poll)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, lotReadTTL)
+		keys, err := h.lot.Requests(rctx, sub)
+		cancel()
+		if err != nil {
+			if !failing && ctx.Err() == nil {
+				log.Warn("middleware: park: reading release requests failed; trying again", "subscription", sub, "err", err)
+			}
+			failing = true
+			continue
+		}
+		failing = false
+		for _, key := range keys {
+			if ctx.Err() != nil {
+				return
+			}
+			r, err := parking.Release(ctx, h.lot, sub, key, h, parking.LockLease(h.cfg.lease))
+			switch {
+			case err == nil:
+				log.Info("middleware: park: released a key on request", "subscription", sub, "key", key, "replayed", r.Replayed)
+			case errors.Is(err, parking.ErrReleasing), errors.Is(err, parking.ErrNotParked), ctx.Err() != nil:
+			default:
+				log.Warn("middleware: park: a requested release stopped", "subscription", sub, "key", key,
+					"replayed", r.Replayed, "err", err)
+			}
+		}
+	}
 }
 
 // parked runs the visibility copy and the alert hook of a new park.

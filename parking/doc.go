@@ -74,6 +74,20 @@
 // answers [NotParked]; a stale "not parked" cannot happen without
 // middleware.CacheFor.
 //
+// # Release requests
+//
+// [Release] needs the subscription's handler chain, which only the
+// service's own processes have. An operator (the ferry command's parked
+// release, or the console) therefore asks instead: [Lot.RequestRelease]
+// records a [ReleaseRequest] on the key, and middleware.Park, in every
+// process the Router runs the subscription in, looks for requests
+// ([Lot.Requests]) and carries each out with Release, under the key's
+// lock, so exactly one replays while the others skip it. The operator
+// follows the progress in the lot ([KeyInfo]: Count, Releasing, Request;
+// [ErrNotParked] once released). A release that stops at a message failing
+// again clears the request (and records the failure); one stopped by
+// shutdown keeps it, so that another process takes over.
+//
 // Replayed messages keep their ID, so a dedupe middleware inside Park
 // skips one whose effect was done already (a release interrupted between
 // a handler's success and the Remove replays that message again).

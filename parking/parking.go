@@ -133,6 +133,23 @@ type KeyInfo struct {
 	// LockedUntil, on the store's clock).
 	Releasing   bool
 	LockedUntil time.Time
+	// Request is the pending release request of the key
+	// ([Lot.RequestRelease]); its At is zero if there is none.
+	Request ReleaseRequest
+}
+
+// ReleaseRequest is an operator's request, recorded in the lot, that the
+// running consumers of a subscription release a key: middleware.Park, in
+// each process that runs the subscription, finds it ([Lot.Requests]) and
+// carries it out with [Release], under the key's lock, so only one does.
+// The request's progress is the key's [KeyInfo]: Count falls as messages
+// are replayed, Releasing is set while a release holds the lock, and the
+// request ends when the key is unparked ([Lot.Key] answers
+// [ErrNotParked]) or when a replayed message failed again (the request is
+// cleared and FailedReleases and LastFailure tell why).
+type ReleaseRequest struct {
+	By string    // who asked: the operator or tool
+	At time.Time // when, on the store's clock; zero: no request
 }
 
 // Age returns how long the key has been parked, as of now.
@@ -253,6 +270,19 @@ type Lot interface {
 	// Audits returns the audit records of the keys dropped on sub, oldest
 	// first.
 	Audits(ctx context.Context, sub string) ([]Dropped, error)
+
+	// RequestRelease records that by asks the running consumers of sub to
+	// release key (see [ReleaseRequest]). It returns [ErrNotParked] if the
+	// key is not parked. Asking again while a request is pending changes
+	// nothing. The request is cleared when the key is unparked or dropped,
+	// and by an Unlock with a failure (a replayed message failed again:
+	// ask again after fixing it); an Unlock without one (a release
+	// interrupted by shutdown) keeps it, so another consumer takes over.
+	RequestRelease(ctx context.Context, sub, key, by string) error
+
+	// Requests returns the keys of sub with a pending release request,
+	// oldest request first.
+	Requests(ctx context.Context, sub string) ([]string, error)
 }
 
 // Checker is an optional interface of a Lot that answers from this

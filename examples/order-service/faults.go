@@ -102,6 +102,12 @@ func (h lostAckHandler) Handle(ctx context.Context, m *handler.Message) error {
 // NeedsOrder forwards to the wrapped chain (handler.OrderNeeder).
 func (h lostAckHandler) NeedsOrder() bool { return handler.NeedsOrder(h.next) }
 
+// Background forwards to the wrapped chain (handler.Backgrounder), so that
+// Park carries out release requests.
+func (h lostAckHandler) Background(ctx context.Context, sub string) {
+	handler.Background(ctx, h.next, sub)
+}
+
 // hasFired reports whether the fault has fired for m's ID on sub.
 func (l *loseAck) hasFired(sub, id string) bool {
 	l.mu.Lock()

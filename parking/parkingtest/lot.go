@@ -293,6 +293,76 @@ func RunLot(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("ReleaseRequests", func(t *testing.T) {
+		t.Parallel()
+		lot := h.Open(t, "req")
+		const sub = "inventory"
+		if err := lot.RequestRelease(ctx, sub, "o-1", "ops"); !errors.Is(err, parking.ErrNotParked) {
+			t.Fatalf("RequestRelease of a key not parked: %v, want ErrNotParked", err)
+		}
+		for _, k := range []string{"o-1", "o-2", "o-3"} {
+			park(t, lot, sub, OrderEvent("orders", k, 1))
+		}
+		if reqs, err := lot.Requests(ctx, sub); err != nil || len(reqs) != 0 {
+			t.Fatalf("Requests before any = %v, %v", reqs, err)
+		}
+		before := time.Now()
+		fail(t, lot.RequestRelease(ctx, sub, "o-2", "alice"))
+		fail(t, lot.RequestRelease(ctx, sub, "o-1", "bob"))
+		fail(t, lot.RequestRelease(ctx, sub, "o-2", "carol")) // pending: kept as it was
+		info, err := lot.Key(ctx, sub, "o-2")
+		fail(t, err)
+		if info.Request.By != "alice" || !near(info.Request.At, before, time.Now()) {
+			t.Errorf("Key(o-2).Request = %+v", info.Request)
+		}
+		if info, _ := lot.Key(ctx, sub, "o-3"); !info.Request.At.IsZero() {
+			t.Errorf("Key(o-3).Request = %+v, want none", info.Request)
+		}
+		reqs, err := lot.Requests(ctx, sub)
+		fail(t, err)
+		if fmt.Sprint(reqs) != "[o-2 o-1]" {
+			t.Errorf("Requests = %v, want [o-2 o-1] (oldest request first)", reqs)
+		}
+		if other, _ := lot.Requests(ctx, "email"); len(other) != 0 {
+			t.Errorf("Requests of another subscription = %v", other)
+		}
+		// An interrupted release keeps the request; a failed one clears it.
+		tok, err := lot.Lock(ctx, sub, "o-2", time.Minute)
+		fail(t, err)
+		fail(t, lot.Unlock(ctx, sub, "o-2", tok, nil))
+		if reqs, _ := lot.Requests(ctx, sub); fmt.Sprint(reqs) != "[o-2 o-1]" {
+			t.Errorf("Requests after an Unlock without failure = %v, want [o-2 o-1]", reqs)
+		}
+		tok, err = lot.Lock(ctx, sub, "o-2", time.Minute)
+		fail(t, err)
+		fail(t, lot.Unlock(ctx, sub, "o-2", tok, &parking.Failure{Error: "still bad", Class: "permanent", Attempts: 1, At: time.Now()}))
+		if reqs, _ := lot.Requests(ctx, sub); fmt.Sprint(reqs) != "[o-1]" {
+			t.Errorf("Requests after a failed release = %v, want [o-1]", reqs)
+		}
+		if info, _ := lot.Key(ctx, sub, "o-2"); !info.Request.At.IsZero() || info.FailedReleases != 1 {
+			t.Errorf("Key(o-2) after a failed release: request %+v, failed releases %d", info.Request, info.FailedReleases)
+		}
+		// An unpark and a drop clear it.
+		tok, err = lot.Lock(ctx, sub, "o-1", time.Minute)
+		fail(t, err)
+		for _, e := range mustMessages(t, lot, sub, "o-1") {
+			fail(t, lot.Remove(ctx, sub, "o-1", tok, e.Seq))
+		}
+		if ok, err := lot.Unpark(ctx, sub, "o-1", tok); err != nil || !ok {
+			t.Fatalf("Unpark = %v, %v", ok, err)
+		}
+		fail(t, lot.RequestRelease(ctx, sub, "o-3", "ops"))
+		_, err = lot.Drop(ctx, sub, "o-3", parking.Audit{By: "ops", Reason: "test"})
+		fail(t, err)
+		if reqs, _ := lot.Requests(ctx, sub); len(reqs) != 0 {
+			t.Errorf("Requests after unpark and drop = %v, want none", reqs)
+		}
+		park(t, lot, sub, OrderEvent("orders", "o-1", 2))
+		if info, _ := lot.Key(ctx, sub, "o-1"); !info.Request.At.IsZero() {
+			t.Errorf("a key parked again carries the old request: %+v", info.Request)
+		}
+	})
+
 	t.Run("DropAudit", func(t *testing.T) {
 		t.Parallel()
 		lot := h.Open(t, "drop")

@@ -370,8 +370,57 @@ func (l *Lot) Unlock(ctx context.Context, sn, key, token string, failed *parking
 	if failed != nil {
 		k.info.LastFailure = *failed
 		k.info.FailedReleases++
+		k.info.Request = parking.ReleaseRequest{}
 	}
 	return nil
+}
+
+// RequestRelease records a release request; see [parking.Lot.RequestRelease].
+func (l *Lot) RequestRelease(ctx context.Context, sn, key, by string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k, err := l.key(sn, key)
+	if err != nil {
+		return err
+	}
+	if k.info.Request.At.IsZero() {
+		k.info.Request = parking.ReleaseRequest{By: by, At: time.Now()}
+	}
+	return nil
+}
+
+// Requests returns sn's keys with a pending release request, oldest
+// request first.
+func (l *Lot) Requests(ctx context.Context, sn string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.subs[sn]
+	if !ok {
+		return nil, nil
+	}
+	var reqs []parking.KeyInfo
+	for _, k := range s.keys {
+		if !k.info.Request.At.IsZero() {
+			reqs = append(reqs, k.info)
+		}
+	}
+	sort.Slice(reqs, func(i, j int) bool {
+		if !reqs[i].Request.At.Equal(reqs[j].Request.At) {
+			return reqs[i].Request.At.Before(reqs[j].Request.At)
+		}
+		return reqs[i].Key < reqs[j].Key
+	})
+	out := make([]string, len(reqs))
+	for i, k := range reqs {
+		out[i] = k.Key
+	}
+	return out, nil
 }
 
 // Drop discards key with an audit record; see [parking.Lot.Drop].

@@ -72,8 +72,10 @@
 //	expires_at timestamptz  -- lease end while in progress, expiry once done
 //	created_at timestamptz
 //
-// Version 1 of the lot is four tables (table comment "ferry parking v1" on
-// ferry_parking_keys):
+// Version 2 of the lot is four tables (table comment "ferry parking v2" on
+// ferry_parking_keys; version 2 added the release request columns
+// release_requested_by and release_requested_at to ferry_parking_keys, and
+// MigrateParking brings a version 1 lot up to it):
 //
 //	ferry_parking_keys      one row per parked (subscription, key): the
 //	                        first failure, parked_at, seq (last sequence

@@ -28,7 +28,7 @@ var _ parking.Lot = (*Lot)(nil)
 
 type queries struct {
 	insertKey, lockKey, dupID, add, bump, snapshot, stats, keys, key, messages, subs,
-	lock, lockState, holds, remove, renew, left, unpark, unlock, unlockFailed, dropIDs, dropMsgs, audit, audits string
+	lock, lockState, holds, remove, renew, left, unpark, unlock, unlockFailed, dropIDs, dropMsgs, audit, audits, request, requests string
 }
 
 // NewLot returns a Lot over db, which should be a *pgxpool.Pool. It does
@@ -50,7 +50,8 @@ func NewLot(db DB, opts ...LotOption) (*Lot, error) {
 	K, M, V, A := p+"_keys", p+"_messages", p+"_versions", p+"_audit"
 	const keyCols = `key, first_id, error, class, attempts, failed_at, parked_at, coalesce(last_error, ''), coalesce(last_class, ''),
 		coalesce(last_attempts, 0), last_failed_at, failed_releases, count,
-		CASE WHEN lock_token IS NOT NULL AND lock_until > clock_timestamp() THEN lock_until END`
+		CASE WHEN lock_token IS NOT NULL AND lock_until > clock_timestamp() THEN lock_until END,
+		coalesce(release_requested_by, ''), release_requested_at`
 	return &Lot{db: db, cfg: cfg, q: queries{
 		insertKey: `INSERT INTO ` + K + ` (subscription, key, first_id, error, class, attempts, failed_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (subscription, key) DO NOTHING`,
@@ -81,7 +82,8 @@ func NewLot(db DB, opts ...LotOption) (*Lot, error) {
 		unlock: `UPDATE ` + K + ` SET lock_token = NULL, lock_until = NULL, lease_ms = NULL
 			WHERE subscription = $1 AND key = $2 AND lock_token = $3`,
 		unlockFailed: `UPDATE ` + K + ` SET lock_token = NULL, lock_until = NULL, lease_ms = NULL,
-			last_error = $4, last_class = $5, last_attempts = $6, last_failed_at = $7, failed_releases = failed_releases + 1
+			last_error = $4, last_class = $5, last_attempts = $6, last_failed_at = $7, failed_releases = failed_releases + 1,
+			release_requested_by = NULL, release_requested_at = NULL
 			WHERE subscription = $1 AND key = $2 AND lock_token = $3`,
 		dropIDs:  `SELECT coalesce(array_agg(id ORDER BY seq), '{}') FROM ` + M + ` WHERE subscription = $1 AND key = $2`,
 		dropMsgs: `DELETE FROM ` + M + ` WHERE subscription = $1 AND key = $2`,
@@ -90,6 +92,10 @@ func NewLot(db DB, opts ...LotOption) (*Lot, error) {
 			FROM ` + K + ` WHERE subscription = $1 AND key = $2 RETURNING dropped_at`,
 		audits: `SELECT key, first_id, error, class, attempts, failed_at, parked_at, failed_releases, count, ids, dropped_by, reason, dropped_at
 			FROM ` + A + ` WHERE subscription = $1 ORDER BY id`,
+		request: `UPDATE ` + K + ` SET release_requested_by = $3, release_requested_at = clock_timestamp()
+			WHERE subscription = $1 AND key = $2 AND release_requested_at IS NULL`,
+		requests: `SELECT key FROM ` + K + ` WHERE subscription = $1 AND release_requested_at IS NOT NULL
+			ORDER BY release_requested_at, key`,
 	}}, nil
 }
 
@@ -237,9 +243,13 @@ func (l *Lot) Stats(ctx context.Context, sub string) (parking.Stats, error) {
 
 func scanKey(sub string, row pgx.Row) (parking.KeyInfo, error) {
 	k := parking.KeyInfo{Subscription: sub}
-	var failedAt, lastAt, until *time.Time
+	var failedAt, lastAt, until, reqAt *time.Time
 	err := row.Scan(&k.Key, &k.FirstID, &k.Failure.Error, &k.Failure.Class, &k.Failure.Attempts, &failedAt, &k.ParkedAt,
-		&k.LastFailure.Error, &k.LastFailure.Class, &k.LastFailure.Attempts, &lastAt, &k.FailedReleases, &k.Count, &until)
+		&k.LastFailure.Error, &k.LastFailure.Class, &k.LastFailure.Attempts, &lastAt, &k.FailedReleases, &k.Count, &until,
+		&k.Request.By, &reqAt)
+	if reqAt != nil {
+		k.Request.At = *reqAt
+	}
 	if failedAt != nil {
 		k.Failure.At = *failedAt
 	}
@@ -490,4 +500,37 @@ func (l *Lot) Audits(ctx context.Context, sub string) ([]parking.Dropped, error)
 		}
 		return d, err
 	}, l.q.audits, sub)
+}
+
+// RequestRelease records a release request; see [parking.Lot.RequestRelease].
+func (l *Lot) RequestRelease(ctx context.Context, sub, key, by string) error {
+	tag, err := l.db.Exec(ctx, l.q.request, sub, key, by)
+	if err != nil {
+		return wrap("request release", sub, key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var exists bool
+	if err := l.db.QueryRow(ctx, l.q.lockState, sub, key).Scan(&exists); err != nil {
+		return wrap("request release", sub, key, err)
+	}
+	if !exists {
+		return parking.ErrNotParked
+	}
+	return nil // pending already
+}
+
+// Requests returns sub's keys with a pending release request, oldest
+// request first: one query on a partial index.
+func (l *Lot) Requests(ctx context.Context, sub string) ([]string, error) {
+	rows, err := l.db.Query(ctx, l.q.requests, sub)
+	if err != nil {
+		return nil, wrap("requests", sub, "", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, wrap("requests", sub, "", err)
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -91,7 +92,56 @@ func TestMigrateParking(t *testing.T) {
 		}
 	}
 	var comment string
-	if err := db.QueryRow(context.Background(), `SELECT obj_description($1::regclass)`, prefix+"_keys").Scan(&comment); err != nil || comment != "ferry parking v1" {
+	if err := db.QueryRow(context.Background(), `SELECT obj_description($1::regclass)`, prefix+"_keys").Scan(&comment); err != nil || comment != "ferry parking v2" {
+		t.Errorf("table comment = %q, %v", comment, err)
+	}
+}
+
+// A lot made with schema version 1 (testdata/parking_v1.sql, as it was)
+// is brought to version 2 by MigrateParking: its parked keys stay, and
+// release requests work on them.
+func TestMigrateParkingFromV1(t *testing.T) {
+	ctx := context.Background()
+	db := pool(t)
+	prefix := uniqueTable(t, "park_v1")
+	t.Cleanup(func() { dropTables(t, prefix) })
+	v1, err := os.ReadFile("testdata/parking_v1.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ddl strings.Builder
+	for _, line := range strings.SplitAfter(string(v1), "\n") {
+		if !strings.HasPrefix(line, "--") {
+			ddl.WriteString(line)
+		}
+	}
+	for _, stmt := range strings.Split(strings.ReplaceAll(ddl.String(), "ferry_parking", prefix), ";") {
+		if strings.TrimSpace(stmt) == "" {
+			continue
+		}
+		if _, err := db.Exec(ctx, stmt); err != nil {
+			t.Fatalf("v1 schema: %v", err)
+		}
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO `+prefix+`_keys (subscription, key, first_id, error, class, attempts, count, seq) VALUES ('inventory', 'o-1', 'e-1', 'boom', 'permanent', 1, 0, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgstore.MigrateParking(ctx, db, prefix); err != nil {
+		t.Fatalf("MigrateParking over v1: %v", err)
+	}
+	lot, err := pgstore.NewLot(db, pgstore.TablePrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lot.RequestRelease(ctx, "inventory", "o-1", "ops"); err != nil {
+		t.Fatalf("RequestRelease on a migrated lot: %v", err)
+	}
+	k, err := lot.Key(ctx, "inventory", "o-1")
+	if err != nil || k.FirstID != "e-1" || k.Request.By != "ops" {
+		t.Fatalf("Key after migration = %+v, %v", k, err)
+	}
+	var comment string
+	if err := db.QueryRow(ctx, `SELECT obj_description($1::regclass)`, prefix+"_keys").Scan(&comment); err != nil || comment != "ferry parking v2" {
 		t.Errorf("table comment = %q, %v", comment, err)
 	}
 }

@@ -1,4 +1,4 @@
--- Ferry parking lot, schema version 1, for the default table prefix.
+-- Ferry parking lot, schema version 2, for the default table prefix.
 -- pgstore.MigrateParking runs exactly these statements (with the prefix given);
 -- apply this file with your own migration tool instead if you prefer.
 CREATE TABLE IF NOT EXISTS ferry_parking_keys (
@@ -57,4 +57,8 @@ CREATE TABLE IF NOT EXISTS ferry_parking_audit (
     dropped_at      timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX IF NOT EXISTS ferry_parking_audit_subscription_idx ON ferry_parking_audit (subscription, id);
-COMMENT ON TABLE ferry_parking_keys IS 'ferry parking v1';
+-- Version 2: release requests (parking.Lot.RequestRelease), carried out by the consumers.
+ALTER TABLE ferry_parking_keys ADD COLUMN IF NOT EXISTS release_requested_by text;
+ALTER TABLE ferry_parking_keys ADD COLUMN IF NOT EXISTS release_requested_at timestamptz;
+CREATE INDEX IF NOT EXISTS ferry_parking_keys_requests_idx ON ferry_parking_keys (subscription, release_requested_at) WHERE release_requested_at IS NOT NULL;
+COMMENT ON TABLE ferry_parking_keys IS 'ferry parking v2';

@@ -26,7 +26,7 @@ const (
 //go:embed idempotency.sql
 var IdempotencySQL string
 
-// ParkingSQL is the schema (version 1) of a Lot's tables, for the
+// ParkingSQL is the schema (version 2) of a Lot's tables, for the
 // [DefaultParkingPrefix], as the file parking.sql in this package: the
 // statements [MigrateParking] runs, for migration tools that apply SQL
 // files.
@@ -50,7 +50,7 @@ func IdempotencySchema(table string) (string, error) {
 // ParkingSchema returns the statements that create a Lot's four tables
 // with the given prefix ("name" or "schema.name", lower-case letters,
 // digits and '_'): <prefix>_keys, <prefix>_messages, <prefix>_versions and
-// <prefix>_audit, with their indexes, version 1. Every statement is
+// <prefix>_audit, with their indexes, version 2. Every statement is
 // idempotent (IF NOT EXISTS). For DefaultParkingPrefix it is ParkingSQL
 // without its comment lines. A bad prefix is an error wrapping
 // [ErrInvalidOption].

@@ -161,6 +161,9 @@ func info(sub, key string, h map[string]string, now time.Time) parking.KeyInfo {
 		ki.LastFailure = parking.Failure{Error: h["last_error"], Class: h["last_class"],
 			Attempts: atoi(h["last_attempts"]), At: ms(h["last_failed_at"])}
 	}
+	if at := ms(h["req_at"]); !at.IsZero() {
+		ki.Request = parking.ReleaseRequest{By: h["req_by"], At: at}
+	}
 	if until := ms(h["lock_until"]); h["lock"] != "" && until.After(now) {
 		ki.Releasing, ki.LockedUntil = true, until
 	}
@@ -300,7 +303,7 @@ func (l *Lot) Remove(ctx context.Context, sub, key, token string, seq int64) err
 // Unpark unparks key if nothing is left; see [parking.Lot.Unpark].
 func (l *Lot) Unpark(ctx context.Context, sub, key, token string) (bool, error) {
 	ver, parked, k, mk, i := l.keysOf(sub, key)
-	n, err := unparkScript.Run(ctx, l.c, []string{ver, parked, k, mk, i}, key, token).Int()
+	n, err := unparkScript.Run(ctx, l.c, []string{ver, parked, k, mk, i, l.base(sub) + "req"}, key, token).Int()
 	if err != nil {
 		return false, wrap("unpark", sub, key, err)
 	}
@@ -316,11 +319,11 @@ func (l *Lot) Unpark(ctx context.Context, sub, key, token string) (bool, error) 
 // Unlock gives up key's release lock; see [parking.Lot.Unlock].
 func (l *Lot) Unlock(ctx context.Context, sub, key, token string, failed *parking.Failure) error {
 	_, _, k, _, _ := l.keysOf(sub, key)
-	args := []any{token, "0", "", "", 0, 0}
+	args := []any{token, "0", "", "", 0, 0, key}
 	if failed != nil {
-		args = []any{token, "1", failed.Error, failed.Class, failed.Attempts, unixMilli(failed.At)}
+		args = []any{token, "1", failed.Error, failed.Class, failed.Attempts, unixMilli(failed.At), key}
 	}
-	n, err := unlockScript.Run(ctx, l.c, []string{k}, args...).Int()
+	n, err := unlockScript.Run(ctx, l.c, []string{k, l.base(sub) + "req"}, args...).Int()
 	if err != nil {
 		return wrap("unlock", sub, key, err)
 	}
@@ -364,7 +367,7 @@ func decodeAudit(sub, rec string) (parking.Dropped, error) {
 // Drop discards key with an audit record; see [parking.Lot.Drop].
 func (l *Lot) Drop(ctx context.Context, sub, key string, a parking.Audit) (parking.Dropped, error) {
 	ver, parked, k, mk, i := l.keysOf(sub, key)
-	res, err := dropScript.Run(ctx, l.c, []string{ver, parked, k, mk, i, l.base(sub) + "audit"}, key, a.By, a.Reason).Slice()
+	res, err := dropScript.Run(ctx, l.c, []string{ver, parked, k, mk, i, l.base(sub) + "audit", l.base(sub) + "req"}, key, a.By, a.Reason).Slice()
 	if err != nil {
 		return parking.Dropped{}, wrap("drop", sub, key, err)
 	}
@@ -397,4 +400,27 @@ func (l *Lot) Audits(ctx context.Context, sub string) ([]parking.Dropped, error)
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// RequestRelease records a release request; see [parking.Lot.RequestRelease].
+func (l *Lot) RequestRelease(ctx context.Context, sub, key, by string) error {
+	_, _, k, _, _ := l.keysOf(sub, key)
+	n, err := requestScript.Run(ctx, l.c, []string{k, l.base(sub) + "req", l.base(sub) + "reqseq"}, key, by).Int()
+	if err != nil {
+		return wrap("request release", sub, key, err)
+	}
+	if n == 0 {
+		return parking.ErrNotParked
+	}
+	return nil
+}
+
+// Requests returns sub's keys with a pending release request, oldest
+// request first: one ZRANGE.
+func (l *Lot) Requests(ctx context.Context, sub string) ([]string, error) {
+	keys, err := l.c.ZRange(ctx, l.base(sub)+"req", 0, -1).Result()
+	if err != nil {
+		return nil, wrap("requests", sub, "", err)
+	}
+	return keys, nil
 }

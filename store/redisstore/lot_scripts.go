@@ -16,6 +16,8 @@ import goredis "github.com/redis/go-redis/v9"
 //	B m:<key>    zset    parked messages: score seq, member "<seq>:<ms>:<json>"
 //	B i:<key>    set     IDs of the messages still parked, for duplicates
 //	B audit      list    JSON audit records of dropped keys
+//	B req        zset    keys with a pending release request, scored in request order
+//	B reqseq     string  the request order's counter
 const luaNow = `local function now() local t = redis.call('TIME') return t[1]*1000 + math.floor(t[2]/1000) end
 `
 
@@ -93,28 +95,31 @@ redis.call('HSET', KEYS[1], 'lock_until', now() + tonumber(redis.call('HGET', KE
 return 1
 `)
 
-// unpark: KEYS ver parked k m i; ARGV key token → 1 unparked, 0 not empty, -1 lock lost
+// unpark: KEYS ver parked k m i req; ARGV key token → 1 unparked, 0 not empty, -1 lock lost
 var unparkScript = goredis.NewScript(luaHolds + `
 if not holds(KEYS[3], ARGV[2]) then return -1 end
 if redis.call('ZCARD', KEYS[4]) > 0 then return 0 end
 redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('INCR', KEYS[1])
 return 1
 `)
 
-// unlock: KEYS k; ARGV token failed(0/1) error class attempts at_ms → 1 ok, -1 lock lost
+// unlock: KEYS k req; ARGV token failed(0/1) error class attempts at_ms key → 1 ok, -1 lock lost
 var unlockScript = goredis.NewScript(luaHolds + `
 if not holds(KEYS[1], ARGV[1]) then return -1 end
 redis.call('HDEL', KEYS[1], 'lock', 'lock_until', 'lease')
 if ARGV[2] == '1' then
   redis.call('HSET', KEYS[1], 'last_error', ARGV[3], 'last_class', ARGV[4], 'last_attempts', ARGV[5], 'last_failed_at', ARGV[6])
   redis.call('HINCRBY', KEYS[1], 'failed_releases', 1)
+  redis.call('HDEL', KEYS[1], 'req_by', 'req_at')
+  redis.call('ZREM', KEYS[2], ARGV[7])
 end
 return 1
 `)
 
-// drop: KEYS ver parked k m i audit; ARGV key by reason →
+// drop: KEYS ver parked k m i audit req; ARGV key by reason →
 // {1, now, state..., ids...}, {0} not parked, {-1} busy
 var dropScript = goredis.NewScript(luaNow + `
 if redis.call('EXISTS', KEYS[3]) == 0 then return {0} end
@@ -138,10 +143,22 @@ h['count'] = #ids
 h['lock'] = nil
 h['lock_until'] = nil
 h['lease'] = nil
+h['req_by'] = nil
+h['req_at'] = nil
 local rec = cjson.encode({state = h, ids = ids})
 redis.call('RPUSH', KEYS[6], rec)
 redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('INCR', KEYS[1])
 return {1, rec}
+`)
+
+// request: KEYS k req reqseq; ARGV key by → 1 recorded (or pending already), 0 not parked
+var requestScript = goredis.NewScript(luaNow + `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[1], 'req_at') == 1 then return 1 end
+redis.call('HSET', KEYS[1], 'req_by', ARGV[2], 'req_at', now())
+redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[1])
+return 1
 `)
