@@ -299,8 +299,31 @@ func TestBrowser(t *testing.T) {
 		}
 	}
 
+	// Beyond loopback, the same click without the operator token is
+	// refused, and the key stays parked.
+	guarded := "http://" + run(t, console.Config{
+		Listen: "0.0.0.0:0", Token: "op-token-77", URL: "redis://" + redisAddr,
+		Monitor: ops, DeadLetters: ops, Lot: ops, Interval: 300 * time.Millisecond,
+	}) + "/"
+	do(
+		chromedp.Navigate(guarded),
+		chromedp.WaitVisible(chromedp.CSS(`#token`)),
+		chromedp.Click(chromedp.CSS(parked+` button.release`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
+		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		chromedp.WaitVisible(chromedp.CSS(`#parked-result.error`)),
+	)
+	if got := text(`#parked-result`); !strings.Contains(got, "needs the operator token") {
+		t.Errorf("release without the token beyond loopback: %q", got)
+	}
+	if keys, err := s.lot.Keys(context.Background(), s.sub); err != nil || len(keys) != 1 || keys[0].Count != 2 {
+		t.Fatalf("parked keys after a refused release: %+v, %v", keys, err)
+	}
+
 	s.fixed.Store(true)
 	do(
+		chromedp.Navigate(base),
+		chromedp.WaitVisible(chromedp.CSS(row+` button.replay`)),
 		chromedp.Click(chromedp.CSS(row+` button.replay`)),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
 		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
