@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"crypto/rand"
 	"encoding/hex"
 	"net"
@@ -134,6 +135,9 @@ func startScenario(t *testing.T) *scenario {
 		_ = c.Close()
 	})
 	inventory := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
+		if strings.HasPrefix(m.ID, "flow-") {
+			return nil // the steady traffic the charts show
+		}
 		if !s.fixed.Load() {
 			return handler.Permanentf("unknown SKU in %s", m.ID)
 		}
@@ -182,6 +186,22 @@ func startScenario(t *testing.T) *scenario {
 			t.Fatal(err)
 		}
 	}
+	// Steady traffic of other keys, for the throughput chart: it keeps
+	// flowing while order-7 is parked.
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
+			pctx, cancel := context.WithTimeout(rctx, 5*time.Second)
+			_ = tr.Publish(pctx, &handler.Message{ID: fmt.Sprintf("flow-%d", i), Key: fmt.Sprintf("order-%d", 100+i%20), Topic: s.topic, Payload: []byte(`{}`)})
+			cancel()
+		}
+	}()
 	// Wait for one dead letter and the parked key with two messages.
 	for {
 		keys, _ := lot.Keys(ctx, s.sub)
@@ -290,6 +310,7 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("parked count %q, want 2", got)
 	}
 	if path := os.Getenv("FERRY_CONSOLE_SCREENSHOT"); path != "" {
+		time.Sleep(4 * time.Second) // a few points on the charts
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)

@@ -23,7 +23,11 @@ func (o *testOps) Groups(ctx context.Context) ([]console.Group, error) {
 
 func (o *testOps) Lag(ctx context.Context, g console.Group) (console.Sample, error) {
 	l, err := o.s.tr.Lag(ctx, g.Sub)
-	return console.Sample{Lag: l, Consumed: -1}, err
+	if err != nil {
+		return console.Sample{}, err
+	}
+	n, err := o.s.tr.Consumed(ctx, g.Sub)
+	return console.Sample{Lag: l, Consumed: n}, err
 }
 
 func (o *testOps) Semantics(ctx context.Context, g console.Group) (transport.Semantics, error) {
