@@ -355,6 +355,8 @@ type keyJSON struct {
 	Releasing      bool    `json:"releasing"`
 	LastFailure    string  `json:"lastFailure,omitempty"`
 	FailedReleases int     `json:"failedReleases"`
+	RequestedBy    string  `json:"requestedBy,omitempty"`
+	RequestedAge   float64 `json:"requestedAge,omitempty"` // seconds since the release request
 }
 
 type auditJSON struct {
@@ -402,6 +404,9 @@ func (s *Server) listParked(w http.ResponseWriter, r *http.Request) {
 				Reason: k.Failure.Error, Class: k.Failure.Class,
 				ParkedAt: k.ParkedAt.UTC().Format(time.RFC3339), Age: k.Age(now).Seconds(),
 				Releasing: k.Releasing, LastFailure: k.LastFailure.Error, FailedReleases: k.FailedReleases,
+			}
+			if !k.Request.At.IsZero() {
+				kj.RequestedBy, kj.RequestedAge = k.Request.By, max(now.Sub(k.Request.At).Seconds(), 0)
 			}
 			ps.Keys = append(ps.Keys, kj)
 		}
@@ -465,11 +470,11 @@ func (s *Server) release(ctx context.Context, body json.RawMessage) (any, int, e
 	if req.Subscription == "" || req.Key == "" {
 		return nil, http.StatusBadRequest, errors.New("console: release needs a subscription and a key")
 	}
-	status, err := s.cfg.Lot.RequestRelease(ctx, req.Subscription, req.Key)
-	if err != nil {
+	by := operator(req.By)
+	if err := s.cfg.Lot.RequestRelease(ctx, req.Subscription, req.Key, by); err != nil {
 		return nil, codeOf(err), err
 	}
-	return map[string]any{"status": status}, 0, nil
+	return map[string]any{"status": "requested by " + by + "; the running consumers release it in order", "by": by}, 0, nil
 }
 
 func (s *Server) drop(ctx context.Context, body json.RawMessage) (any, int, error) {
@@ -484,15 +489,24 @@ func (s *Server) drop(ctx context.Context, body json.RawMessage) (any, int, erro
 	if req.Subscription == "" || req.Key == "" || req.Reason == "" {
 		return nil, http.StatusBadRequest, errors.New("console: drop needs a subscription, a key and a reason")
 	}
-	by := strings.TrimSpace(req.By)
-	if by == "" {
-		by = "operator"
-	}
-	d, err := s.cfg.Lot.Drop(ctx, req.Subscription, req.Key, parking.Audit{By: by + " (ferry console)", Reason: req.Reason})
+	d, err := s.cfg.Lot.Drop(ctx, req.Subscription, req.Key, parking.Audit{By: operator(req.By), Reason: req.Reason})
 	if err != nil {
 		return nil, codeOf(err), err
 	}
 	return map[string]any{"dropped": len(d.IDs), "ids": d.IDs, "by": d.Audit.By, "reason": d.Audit.Reason}, 0, nil
+}
+
+// operator is the name a write action is recorded under: the name the
+// operator typed, and the tool.
+func operator(name string) string {
+	name = strings.TrimSpace(name)
+	if name == "" {
+		name = "operator"
+	}
+	if len(name) > 64 {
+		name = name[:64]
+	}
+	return name + " (ferry console)"
 }
 
 // codeOf maps a lot error onto an HTTP status.

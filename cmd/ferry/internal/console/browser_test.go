@@ -150,7 +150,7 @@ func startScenario(t *testing.T) *scenario {
 		}
 		return nil
 	})
-	mw, err := middleware.Recommended(tr, middleware.Parking(lot, middleware.CopyToDLQ(nil)))
+	mw, err := middleware.Recommended(tr, middleware.Parking(lot, middleware.CopyToDLQ(nil), middleware.ReleaseRequests(100*time.Millisecond)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +181,7 @@ func startScenario(t *testing.T) *scenario {
 		{ID: "poison-1", Topic: s.topic, Payload: []byte(scriptPayload), Headers: map[string]string{"x-note": `<b onmouseover="x">bold?</b>`}},
 		{ID: "order-7-placed", Key: "order-7", Topic: s.topic, Payload: []byte(`{"order":7,"event":"placed"}`)},
 		{ID: "order-7-paid", Key: "order-7", Topic: s.topic, Payload: []byte(`{"order":7,"event":"paid"}`)},
+		{ID: "order-9-placed", Key: "order-9", Topic: s.topic, Payload: []byte(`{"order":9,"event":"placed"}`)},
 	} {
 		if err := tr.Publish(ctx, m); err != nil {
 			t.Fatal(err)
@@ -206,7 +207,7 @@ func startScenario(t *testing.T) *scenario {
 	for {
 		keys, _ := lot.Keys(ctx, s.sub)
 		dl, _ := tr.ListDLQ(ctx, tr.DLQName(transport.Subscription{Topic: s.topic, Group: s.group}), 10)
-		if len(keys) == 1 && keys[0].Count == 2 && len(dl) == 1 {
+		if len(keys) == 2 && keys[0].Count == 2 && keys[1].Count == 1 && len(dl) == 1 {
 			break
 		}
 		select {
@@ -318,6 +319,26 @@ func TestBrowser(t *testing.T) {
 		if err := os.WriteFile(path, png, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// Drop order-9 with a reason: the audit record shows it.
+	dropped := `#parked tbody tr[data-key="order-9"]`
+	do(
+		chromedp.Click(chromedp.CSS(dropped+` button.drop`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-reason`)),
+		chromedp.SendKeys(chromedp.CSS(`#confirm-reason`), "order 9 was cancelled upstream"),
+		chromedp.SendKeys(chromedp.CSS(`#confirm-by`), "ana"),
+		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		chromedp.WaitNotPresent(chromedp.CSS(dropped)),
+		chromedp.WaitVisible(chromedp.CSS(`#audits tbody tr`)),
+	)
+	if got := text(`#audits tbody tr`); !strings.Contains(got, "order-9-placed") || !strings.Contains(got, "ana (ferry console)") ||
+		!strings.Contains(got, "order 9 was cancelled upstream") {
+		t.Errorf("audit row %q", got)
+	}
+	if a, err := s.lot.Audits(context.Background(), s.sub); err != nil || len(a) != 1 || a[0].Audit.By != "ana (ferry console)" ||
+		strings.Join(a[0].IDs, ",") != "order-9-placed" {
+		t.Errorf("audits %+v, %v", a, err)
 	}
 
 	// Beyond loopback, the same click without the operator token is

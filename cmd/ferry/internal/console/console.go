@@ -73,10 +73,11 @@ type Lot interface {
 	Keys(ctx context.Context, sub string) ([]parking.KeyInfo, error)
 	// Messages returns up to limit parked messages of key on sub, in order.
 	Messages(ctx context.Context, sub, key string, limit int) ([]parking.Entry, error)
-	// RequestRelease asks the running consumers of sub to release key in
-	// order, and returns at once with a short status text; the key leaves
-	// Keys when the release is done.
-	RequestRelease(ctx context.Context, sub, key string) (string, error)
+	// RequestRelease records in the lot that by asks the running consumers
+	// of sub to release key in order ([parking.Lot.RequestRelease]), and
+	// returns at once; the key's KeyInfo.Request shows the request, and the
+	// key leaves Keys when the release is done.
+	RequestRelease(ctx context.Context, sub, key, by string) error
 	// Drop discards key's parked messages and keeps the audit record.
 	Drop(ctx context.Context, sub, key string, a parking.Audit) (parking.Dropped, error)
 	// Audits returns the audit records of the keys dropped on sub.

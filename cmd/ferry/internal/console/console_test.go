@@ -65,9 +65,9 @@ func (r *recorder) Messages(context.Context, string, string, int) ([]parking.Ent
 	return nil, nil
 }
 
-func (r *recorder) RequestRelease(_ context.Context, sub, key string) (string, error) {
-	r.wrote("release " + sub + " " + key)
-	return "requested", nil
+func (r *recorder) RequestRelease(_ context.Context, sub, key, by string) error {
+	r.wrote("release " + sub + " " + key + " by " + by)
+	return nil
 }
 
 func (r *recorder) Drop(_ context.Context, sub, key string, a parking.Audit) (parking.Dropped, error) {
@@ -227,7 +227,7 @@ func TestBeyondLoopback(t *testing.T) {
 	}
 	r := call(t, "POST", addr, "/api/parked/release", `{"subscription":"inventory","key":"order-7"}`,
 		"Content-Type", "application/json", console.HeaderCSRF, csrf, console.HeaderToken, token)
-	if r.code != 200 || r.body["status"] != "requested" {
+	if r.code != 200 || r.body["by"] != "operator (ferry console)" || len(ops.Writes()) != 1 {
 		t.Fatalf("release with token: %d %v", r.code, r.body)
 	}
 

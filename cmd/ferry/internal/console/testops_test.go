@@ -2,7 +2,6 @@ package console_test
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/ferrymq/ferry/cmd/ferry/internal/console"
 	"github.com/ferrymq/ferry/dlq"
@@ -54,12 +53,8 @@ func (o *testOps) Messages(ctx context.Context, sub, key string, limit int) ([]p
 	return o.s.lot.Messages(ctx, sub, key, 0, limit)
 }
 
-func (o *testOps) RequestRelease(ctx context.Context, sub, key string) (string, error) {
-	r, err := parking.Release(ctx, o.s.lot, sub, key, o.s.h)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("released %d", r.Replayed), nil
+func (o *testOps) RequestRelease(ctx context.Context, sub, key, by string) error {
+	return o.s.lot.RequestRelease(ctx, sub, key, by)
 }
 
 func (o *testOps) Drop(ctx context.Context, sub, key string, a parking.Audit) (parking.Dropped, error) {

@@ -81,7 +81,7 @@ function confirmAction(text, opts) {
   const d = $("confirm");
   $("confirm-text").textContent = text;
   $("confirm-reason-box").hidden = !opts.reason;
-  $("confirm-by-box").hidden = !opts.reason;
+  $("confirm-by-box").hidden = !opts.by;
   $("confirm-reason").value = "";
   d.returnValue = "";
   return new Promise((resolve) => {
@@ -352,7 +352,10 @@ function renderParked(subs) {
     if (s.error) body.append(el("tr", {}, el("td", { text: s.subscription }), el("td", { class: "error", colSpan: 6, text: s.error })));
     for (const k of s.keys) {
       n++;
-      const state_ = k.releasing ? "releasing" : (k.failedReleases ? "release failed " + k.failedReleases + "×: " + k.lastFailure : "parked");
+      let state_ = "parked";
+      if (k.releasing) state_ = "releasing";
+      else if (k.requestedBy) state_ = "release requested by " + k.requestedBy + " " + fmtAge(k.requestedAge) + " ago";
+      else if (k.failedReleases) state_ = "release failed " + k.failedReleases + "×: " + k.lastFailure;
       body.append(el("tr", { "data-sub": k.subscription, "data-key": k.key },
         el("td", { text: k.subscription }),
         el("td", { class: "key", text: k.key }),
@@ -379,10 +382,10 @@ function renderParked(subs) {
 
 async function release(k) {
   const ok = await confirmAction("Release key " + k.key + " of " + k.subscription + "? The running consumers replay its " +
-    k.count + " parked message(s) in order through the subscription's handler, then unpark it.");
+    k.count + " parked message(s) in order through the subscription's handler, then unpark it.", { by: true });
   if (!ok) { parkedResult("release cancelled"); return; }
   try {
-    const r = await postJSON("api/parked/release", { subscription: k.subscription, key: k.key });
+    const r = await postJSON("api/parked/release", { subscription: k.subscription, key: k.key, by: ok.by });
     parkedResult("Release of " + k.key + ": " + r.status);
   } catch (e) {
     parkedResult("release refused: " + e.message, true);
@@ -392,7 +395,7 @@ async function release(k) {
 
 async function drop(k) {
   const ok = await confirmAction("Drop key " + k.key + " of " + k.subscription + "? Its " + k.count +
-    " parked message(s) are discarded without being handled; the audit record keeps their IDs, your name and the reason.", { reason: true });
+    " parked message(s) are discarded without being handled; the audit record keeps their IDs, your name and the reason.", { reason: true, by: true });
   if (!ok) { parkedResult("drop cancelled"); return; }
   try {
     const r = await postJSON("api/parked/drop", { subscription: k.subscription, key: k.key, reason: ok.reason, by: ok.by });
