@@ -6,16 +6,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"sort"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
-	"github.com/ferrymq/ferry/dlq"
-	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/cmd/ferry/internal/ops"
 	"github.com/ferrymq/ferry/parking"
 	"github.com/ferrymq/ferry/transport"
 )
@@ -170,7 +168,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
-// semanticsJSON is transport.Semantics in words, field by field.
+// semanticsJSON is the semantics row of [ops.Declared], field by field.
 type semanticsJSON struct {
 	Transport       string `json:"transport"`
 	Ordering        string `json:"ordering"`
@@ -186,16 +184,15 @@ type semanticsJSON struct {
 	Headers         bool   `json:"headers"`
 	MaxPayload      int    `json:"maxPayload"`
 	RedeliveryDelay string `json:"redeliveryDelay"`
-	MaxUnsettled    int    `json:"maxUnsettled"`
 }
 
-func semanticsOf(m transport.Semantics) semanticsJSON {
+func semanticsOf(m ops.SemanticsRow) semanticsJSON {
 	return semanticsJSON{
-		Transport: m.Transport, Ordering: m.Ordering.String(), OrderingHint: m.OrderingHint,
-		Ack: m.Ack.String(), Redelivery: m.Redelivery.String(), NackDelay: m.NackDelay,
+		Transport: m.Transport, Ordering: m.Ordering, OrderingHint: m.OrderingHint,
+		Ack: m.Ack, Redelivery: m.Redelivery, NackDelay: m.NackDelay,
 		Attempts: m.Attempts, Extend: m.Extend, NativeDLQ: m.NativeDLQ, FanOut: m.FanOut,
 		Replay: m.Replay, Headers: m.Headers, MaxPayload: m.MaxPayload,
-		RedeliveryDelay: m.RedeliveryDelay.String(), MaxUnsettled: m.MaxUnsettled,
+		RedeliveryDelay: m.RedeliveryDelay,
 	}
 }
 
@@ -221,36 +218,24 @@ type messageJSON struct {
 	Size     int         `json:"size"`
 }
 
-func messageOf(m *handler.Message) messageJSON {
-	mj := messageJSON{ID: m.ID, Key: m.Key, Topic: m.Topic, Headers: [][2]string{}, Size: len(m.Payload)}
-	keys := make([]string, 0, len(m.Headers))
-	for k := range m.Headers {
+// messageOf is a message as the page shows it: its headers sorted, its
+// payload as text where it is text ([ops.Payload.IsText]), else base64.
+func messageOf(id, key, topic string, headers map[string]string, p ops.Payload) messageJSON {
+	mj := messageJSON{ID: id, Key: key, Topic: topic, Headers: [][2]string{}, Size: len(p)}
+	keys := make([]string, 0, len(headers))
+	for k := range headers {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		mj.Headers = append(mj.Headers, [2]string{k, m.Headers[k]})
+		mj.Headers = append(mj.Headers, [2]string{k, headers[k]})
 	}
-	if printable(m.Payload) {
-		mj.Payload, mj.Encoding = string(m.Payload), "text"
+	if p.IsText() {
+		mj.Payload, mj.Encoding = string(p), "text"
 	} else {
-		mj.Payload, mj.Encoding = base64.StdEncoding.EncodeToString(m.Payload), "base64"
+		mj.Payload, mj.Encoding = base64.StdEncoding.EncodeToString(p), "base64"
 	}
 	return mj
-}
-
-// printable reports whether b is UTF-8 text without control characters
-// other than tab and line breaks.
-func printable(b []byte) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	for _, r := range string(b) {
-		if unicode.IsControl(r) && r != '\n' && r != '\r' && r != '\t' {
-			return false
-		}
-	}
-	return true
 }
 
 type deadLetterJSON struct {
@@ -282,7 +267,6 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadGateway, s.clean(err))
 		return
 	}
-	now := time.Now()
 	out := struct {
 		Group   string           `json:"group"`
 		DLQ     string           `json:"dlq"`
@@ -290,23 +274,22 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 		Limit   int              `json:"limit"`
 	}{Group: g.Name, DLQ: g.DLQ, Letters: []deadLetterJSON{}, Limit: dlqLimit}
 	for _, e := range entries {
-		out.Letters = append(out.Letters, deadLetterOf(e, now))
+		out.Letters = append(out.Letters, deadLetterOf(e))
 	}
 	writeJSON(w, out)
 }
 
-func deadLetterOf(e dlq.Entry, now time.Time) deadLetterJSON {
+func deadLetterOf(e ops.DeadLetter) deadLetterJSON {
 	d := deadLetterJSON{
-		messageJSON: messageOf(e.Message), Reason: e.Record.Error, Class: e.Record.Class,
-		Attempts: e.Record.Attempts, Subscription: e.Record.Subscription,
-		Original: e.Record.OriginalTopic, Age: -1,
+		messageJSON: messageOf(e.ID, e.Key, e.OriginalTopic, e.Headers, e.Payload), Reason: e.Reason, Class: e.Class,
+		Attempts: e.Attempts, Subscription: e.Subscription, Original: e.OriginalTopic, Age: -1,
 	}
-	if !e.Record.FirstFailure.IsZero() {
-		d.FirstFailure = e.Record.FirstFailure.UTC().Format(time.RFC3339)
-		d.Age = now.Sub(e.Record.FirstFailure).Seconds()
+	if !e.FirstFailure.IsZero() {
+		d.FirstFailure = e.FirstFailure.UTC().Format(time.RFC3339)
+		d.Age = time.Duration(e.Age).Seconds()
 	}
-	if !e.Record.LastFailure.IsZero() {
-		d.LastFailure = e.Record.LastFailure.UTC().Format(time.RFC3339)
+	if !e.LastFailure.IsZero() {
+		d.LastFailure = e.LastFailure.UTC().Format(time.RFC3339)
 	}
 	return d
 }
@@ -336,11 +319,18 @@ func (s *Server) replay(ctx context.Context, body json.RawMessage) (any, int, er
 	if len(req.IDs) == 0 && len(req.Keys) == 0 && !req.All {
 		return nil, http.StatusBadRequest, errors.New("console: nothing selected to replay")
 	}
-	n, err := s.cfg.DeadLetters.Replay(ctx, g, transport.Replay{IDs: req.IDs, Keys: req.Keys})
+	res, err := s.cfg.DeadLetters.Replay(ctx, g, ops.Selection{IDs: req.IDs, Keys: req.Keys, All: req.All})
 	if err != nil {
-		return nil, http.StatusBadGateway, err
+		code := http.StatusBadGateway
+		if errors.Is(err, ops.ErrNotInDLQ) {
+			code = http.StatusNotFound
+		}
+		if res.Replayed > 0 {
+			err = fmt.Errorf("%w (%d replayed before it)", err, res.Replayed)
+		}
+		return nil, code, err
 	}
-	return map[string]any{"replayed": n}, 0, nil
+	return map[string]any{"replayed": res.Replayed, "selected": len(res.Selected)}, 0, nil
 }
 
 type keyJSON struct {
@@ -369,73 +359,60 @@ type auditJSON struct {
 	DroppedAt    string   `json:"droppedAt"`
 }
 
-type parkedSubJSON struct {
-	Subscription string      `json:"subscription"`
-	Keys         []keyJSON   `json:"keys"`
-	Audits       []auditJSON `json:"audits"`
-	Error        string      `json:"error,omitempty"`
-}
-
 func (s *Server) listParked(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Lot == nil {
-		writeError(w, http.StatusNotFound, "console: no parking lot (start with --parking)")
+		writeError(w, http.StatusNotFound, errNoLot.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
-	subs, err := s.cfg.Lot.Subscriptions(ctx)
+	keys, err := s.cfg.Lot.Parked(ctx)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, s.clean(err))
 		return
 	}
 	now := time.Now()
 	out := struct {
-		Subscriptions []parkedSubJSON `json:"subscriptions"`
-	}{Subscriptions: []parkedSubJSON{}}
-	for _, sub := range subs {
-		ps := parkedSubJSON{Subscription: sub, Keys: []keyJSON{}, Audits: []auditJSON{}}
-		keys, err := s.cfg.Lot.Keys(ctx, sub)
-		if err != nil {
-			ps.Error = s.clean(err)
+		Keys   []keyJSON   `json:"keys"`
+		Audits []auditJSON `json:"audits"`
+		Error  string      `json:"error,omitempty"`
+	}{Keys: []keyJSON{}, Audits: []auditJSON{}}
+	for _, k := range keys {
+		kj := keyJSON{
+			Subscription: k.Subscription, Key: k.Key, Count: k.Count, FirstID: k.FirstID,
+			Reason: k.Reason, Class: k.Class,
+			ParkedAt: k.ParkedAt.UTC().Format(time.RFC3339), Age: time.Duration(k.Age).Seconds(),
+			Releasing: k.Releasing, LastFailure: k.LastFailure, FailedReleases: k.FailedReleases,
 		}
-		for _, k := range keys {
-			kj := keyJSON{
-				Subscription: sub, Key: k.Key, Count: k.Count, FirstID: k.FirstID,
-				Reason: k.Failure.Error, Class: k.Failure.Class,
-				ParkedAt: k.ParkedAt.UTC().Format(time.RFC3339), Age: k.Age(now).Seconds(),
-				Releasing: k.Releasing, LastFailure: k.LastFailure.Error, FailedReleases: k.FailedReleases,
-			}
-			if !k.Request.At.IsZero() {
-				kj.RequestedBy, kj.RequestedAge = k.Request.By, max(now.Sub(k.Request.At).Seconds(), 0)
-			}
-			ps.Keys = append(ps.Keys, kj)
+		if !k.RequestedAt.IsZero() {
+			kj.RequestedBy, kj.RequestedAge = k.RequestedBy, max(now.Sub(k.RequestedAt).Seconds(), 0)
 		}
-		audits, err := s.cfg.Lot.Audits(ctx, sub)
-		if err != nil && ps.Error == "" {
-			ps.Error = s.clean(err)
-		}
-		for _, a := range audits {
-			ps.Audits = append(ps.Audits, auditJSON{
-				Subscription: sub, Key: a.Key, IDs: a.IDs, By: a.Audit.By, Reason: a.Audit.Reason,
-				Failure: a.Failure.Error, DroppedAt: a.DroppedAt.UTC().Format(time.RFC3339),
-			})
-		}
-		out.Subscriptions = append(out.Subscriptions, ps)
+		out.Keys = append(out.Keys, kj)
+	}
+	audits, err := s.cfg.Lot.Audits(ctx)
+	if err != nil {
+		out.Error = s.clean(err)
+	}
+	for _, a := range audits {
+		out.Audits = append(out.Audits, auditJSON{
+			Subscription: a.Subscription, Key: a.Key, IDs: a.IDs, By: a.Audit.By, Reason: a.Audit.Reason,
+			Failure: a.Failure.Error, DroppedAt: a.DroppedAt.UTC().Format(time.RFC3339),
+		})
 	}
 	writeJSON(w, out)
 }
 
 func (s *Server) parkedMessages(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Lot == nil {
-		writeError(w, http.StatusNotFound, "console: no parking lot (start with --parking)")
+		writeError(w, http.StatusNotFound, errNoLot.Error())
 		return
 	}
 	q := r.URL.Query()
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
-	entries, err := s.cfg.Lot.Messages(ctx, q.Get("subscription"), q.Get("key"), dlqLimit)
+	d, err := s.cfg.Lot.Show(ctx, q.Get("subscription"), q.Get("key"), dlqLimit)
 	if err != nil {
-		writeError(w, http.StatusBadGateway, s.clean(err))
+		writeError(w, codeOf(err), s.clean(err))
 		return
 	}
 	type entryJSON struct {
@@ -446,8 +423,11 @@ func (s *Server) parkedMessages(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Messages []entryJSON `json:"messages"`
 	}{Messages: []entryJSON{}}
-	for _, e := range entries {
-		out.Messages = append(out.Messages, entryJSON{messageJSON: messageOf(e.Message), Seq: e.Seq, ParkedAt: e.ParkedAt.UTC().Format(time.RFC3339)})
+	for _, m := range d.Messages {
+		out.Messages = append(out.Messages, entryJSON{
+			messageJSON: messageOf(m.ID, d.Key, m.Topic, m.Headers, m.Payload),
+			Seq:         m.Seq, ParkedAt: m.ParkedAt.UTC().Format(time.RFC3339),
+		})
 	}
 	writeJSON(w, out)
 }
@@ -461,7 +441,7 @@ type keyRequest struct {
 
 func (s *Server) release(ctx context.Context, body json.RawMessage) (any, int, error) {
 	if s.cfg.Lot == nil {
-		return nil, http.StatusNotFound, errors.New("console: no parking lot (start with --parking)")
+		return nil, http.StatusNotFound, errNoLot
 	}
 	var req keyRequest
 	if err := json.Unmarshal(body, &req); err != nil {
@@ -471,15 +451,16 @@ func (s *Server) release(ctx context.Context, body json.RawMessage) (any, int, e
 		return nil, http.StatusBadRequest, errors.New("console: release needs a subscription and a key")
 	}
 	by := operator(req.By)
-	if err := s.cfg.Lot.RequestRelease(ctx, req.Subscription, req.Key, by); err != nil {
+	p, err := s.cfg.Lot.RequestRelease(ctx, req.Subscription, req.Key, by)
+	if err != nil {
 		return nil, codeOf(err), err
 	}
-	return map[string]any{"status": "requested by " + by + "; the running consumers release it in order", "by": by}, 0, nil
+	return map[string]any{"state": p.State, "left": p.Left, "by": by}, 0, nil
 }
 
 func (s *Server) drop(ctx context.Context, body json.RawMessage) (any, int, error) {
 	if s.cfg.Lot == nil {
-		return nil, http.StatusNotFound, errors.New("console: no parking lot (start with --parking)")
+		return nil, http.StatusNotFound, errNoLot
 	}
 	var req keyRequest
 	if err := json.Unmarshal(body, &req); err != nil {
@@ -516,6 +497,8 @@ func codeOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, parking.ErrReleasing):
 		return http.StatusConflict
+	case errors.Is(err, ops.ErrUsage):
+		return http.StatusBadRequest
 	}
 	return http.StatusBadGateway
 }

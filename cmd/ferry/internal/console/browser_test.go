@@ -207,7 +207,11 @@ func startScenario(t *testing.T) *scenario {
 	for {
 		keys, _ := lot.Keys(ctx, s.sub)
 		dl, _ := tr.ListDLQ(ctx, tr.DLQName(transport.Subscription{Topic: s.topic, Group: s.group}), 10)
-		if len(keys) == 2 && keys[0].Count == 2 && keys[1].Count == 1 && len(dl) == 1 {
+		counts := map[string]int{}
+		for _, k := range keys {
+			counts[k.Key] = k.Count
+		}
+		if len(keys) == 2 && counts["order-7"] == 2 && counts["order-9"] == 1 && len(dl) == 1 {
 			break
 		}
 		select {
@@ -249,7 +253,10 @@ func serve(t *testing.T, cfg console.Config) string {
 func TestBrowser(t *testing.T) {
 	exe := chromium(t)
 	s := startScenario(t)
-	ops := newTestOps(s)
+	ops, err := console.NewOperations(s.tr, s.lot, []transport.Subscription{{Topic: s.topic, Group: s.group}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := serve(t, console.Config{
 		Listen: "127.0.0.1:0", URL: "redis://" + redisAddr,
 		Monitor: ops, DeadLetters: ops, Lot: ops, Interval: 300 * time.Millisecond,
@@ -382,7 +389,7 @@ func TestBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
 		chromedp.WaitNotPresent(chromedp.CSS(parked)),
 	)
-	if got := text(`#parked-result`); !strings.HasPrefix(got, "Release of order-7: ") {
+	if got := text(`#parked-result`); !strings.HasPrefix(got, "Release of order-7 requested by operator (ferry console): ") {
 		t.Errorf("release result %q", got)
 	}
 	s.waitApplied(t, "poison-1", "order-7-placed", "order-7-paid")

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ferrymq/ferry/dlq"
+	"github.com/ferrymq/ferry/cmd/ferry/internal/ops"
 	"github.com/ferrymq/ferry/parking"
 	"github.com/ferrymq/ferry/transport"
 )
@@ -49,7 +49,7 @@ type Monitor interface {
 	// Lag reads g's progress now.
 	Lag(ctx context.Context, g Group) (Sample, error)
 	// Semantics returns what the transport declares for g.
-	Semantics(ctx context.Context, g Group) (transport.Semantics, error)
+	Semantics(ctx context.Context, g Group) (ops.SemanticsRow, error)
 }
 
 // DeadLetters lists and replays the dead letters of a group. Its methods
@@ -57,31 +57,28 @@ type Monitor interface {
 type DeadLetters interface {
 	// List returns up to limit dead letters of g, oldest first, without
 	// settling them.
-	List(ctx context.Context, g Group, limit int) ([]dlq.Entry, error)
-	// Replay republishes the dead letters of g that r selects and returns
-	// how many it replayed (see [dlq.Replay]).
-	Replay(ctx context.Context, g Group, r transport.Replay) (int, error)
+	List(ctx context.Context, g Group, limit int) ([]ops.DeadLetter, error)
+	// Replay republishes the dead letters of g that s selects to their
+	// original topics (see [ops.ReplayDLQ]).
+	Replay(ctx context.Context, g Group, s ops.Selection) (ops.ReplayResult, error)
 }
 
 // Lot is the operators' view of the parking lot. Its methods may be called
 // concurrently.
 type Lot interface {
-	// Subscriptions returns the subscriptions that have (or had) parked
-	// keys.
-	Subscriptions(ctx context.Context) ([]string, error)
-	// Keys lists the parked keys of sub, oldest first.
-	Keys(ctx context.Context, sub string) ([]parking.KeyInfo, error)
-	// Messages returns up to limit parked messages of key on sub, in order.
-	Messages(ctx context.Context, sub, key string, limit int) ([]parking.Entry, error)
+	// Parked lists the parked keys of every subscription, oldest first.
+	Parked(ctx context.Context) ([]ops.ParkedKey, error)
+	// Show returns a parked key and up to limit of its messages, in order.
+	Show(ctx context.Context, sub, key string, limit int) (ops.ParkedDetail, error)
 	// RequestRelease records in the lot that by asks the running consumers
 	// of sub to release key in order ([parking.Lot.RequestRelease]), and
-	// returns at once; the key's KeyInfo.Request shows the request, and the
-	// key leaves Keys when the release is done.
-	RequestRelease(ctx context.Context, sub, key, by string) error
+	// returns at once with the request's progress; the key's ParkedKey
+	// shows the request, and the key leaves Parked when it is done.
+	RequestRelease(ctx context.Context, sub, key, by string) (ops.ReleaseProgress, error)
 	// Drop discards key's parked messages and keeps the audit record.
 	Drop(ctx context.Context, sub, key string, a parking.Audit) (parking.Dropped, error)
-	// Audits returns the audit records of the keys dropped on sub.
-	Audits(ctx context.Context, sub string) ([]parking.Dropped, error)
+	// Audits returns the audit records of the dropped keys.
+	Audits(ctx context.Context) ([]parking.Dropped, error)
 }
 
 // Config is what [New] serves.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/cmd/ferry/internal/console"
-	"github.com/ferrymq/ferry/dlq"
+	"github.com/ferrymq/ferry/cmd/ferry/internal/ops"
 	"github.com/ferrymq/ferry/parking"
 	"github.com/ferrymq/ferry/transport"
 )
@@ -46,28 +46,28 @@ func (r *recorder) Lag(context.Context, console.Group) (console.Sample, error) {
 	return console.Sample{Consumed: -1}, r.lagErr
 }
 
-func (r *recorder) Semantics(context.Context, console.Group) (transport.Semantics, error) {
-	return transport.Semantics{Transport: "test"}, nil
+func (r *recorder) Semantics(context.Context, console.Group) (ops.SemanticsRow, error) {
+	return ops.SemanticsRow{Transport: "test"}, nil
 }
 
-func (r *recorder) List(context.Context, console.Group, int) ([]dlq.Entry, error) { return nil, nil }
-
-func (r *recorder) Replay(_ context.Context, g console.Group, sel transport.Replay) (int, error) {
-	r.wrote("replay " + g.Name + " " + strings.Join(sel.IDs, ","))
-	return len(sel.IDs), nil
-}
-
-func (r *recorder) Subscriptions(context.Context) ([]string, error) { return nil, nil }
-
-func (r *recorder) Keys(context.Context, string) ([]parking.KeyInfo, error) { return nil, nil }
-
-func (r *recorder) Messages(context.Context, string, string, int) ([]parking.Entry, error) {
+func (r *recorder) List(context.Context, console.Group, int) ([]ops.DeadLetter, error) {
 	return nil, nil
 }
 
-func (r *recorder) RequestRelease(_ context.Context, sub, key, by string) error {
+func (r *recorder) Replay(_ context.Context, g console.Group, sel ops.Selection) (ops.ReplayResult, error) {
+	r.wrote("replay " + g.Name + " " + strings.Join(sel.IDs, ","))
+	return ops.ReplayResult{Replayed: len(sel.IDs)}, nil
+}
+
+func (r *recorder) Parked(context.Context) ([]ops.ParkedKey, error) { return nil, nil }
+
+func (r *recorder) Show(context.Context, string, string, int) (ops.ParkedDetail, error) {
+	return ops.ParkedDetail{}, nil
+}
+
+func (r *recorder) RequestRelease(_ context.Context, sub, key, by string) (ops.ReleaseProgress, error) {
 	r.wrote("release " + sub + " " + key + " by " + by)
-	return nil
+	return ops.ReleaseProgress{State: ops.ReleasePending}, nil
 }
 
 func (r *recorder) Drop(_ context.Context, sub, key string, a parking.Audit) (parking.Dropped, error) {
@@ -75,7 +75,7 @@ func (r *recorder) Drop(_ context.Context, sub, key string, a parking.Audit) (pa
 	return parking.Dropped{Audit: a}, nil
 }
 
-func (r *recorder) Audits(context.Context, string) ([]parking.Dropped, error) { return nil, nil }
+func (r *recorder) Audits(context.Context) ([]parking.Dropped, error) { return nil, nil }
 
 // run starts a Server with cfg (its Listen on port 0) and returns the
 // address it listens on; it stops when the test ends.

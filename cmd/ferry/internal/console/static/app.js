@@ -185,7 +185,7 @@ const semanticsRows = [
   ["ack", "Ack"], ["redelivery", "Redelivery"], ["nackDelay", "Nack with delay"],
   ["attempts", "Broker's attempt count"], ["extend", "Lease extension"], ["nativeDLQ", "Native DLQ"],
   ["fanOut", "Fan-out per group"], ["replay", "Replay from oldest"], ["headers", "Headers"],
-  ["maxPayload", "Max payload (bytes)"], ["redeliveryDelay", "Redelivery delay"], ["maxUnsettled", "Max unsettled"],
+  ["maxPayload", "Max payload (bytes)"], ["redeliveryDelay", "Redelivery delay"],
 ];
 
 function renderSemantics() {
@@ -202,7 +202,6 @@ function renderSemantics() {
       let v = g.semantics[field];
       if (typeof v === "boolean") v = v ? "yes" : "no";
       if (field === "maxPayload" && v === 0) v = "no known limit";
-      if (field === "maxUnsettled" && v === 0) v = "no bound";
       row.append(el("td", { text: v === undefined || v === "" ? "–" : String(v) }));
     }
     body.append(row);
@@ -335,49 +334,44 @@ async function refreshParked() {
     return;
   }
   try {
-    const d = await getJSON("api/parked");
-    renderParked(d.subscriptions);
+    renderParked(await getJSON("api/parked"));
   } catch (e) {
     parkedResult("list: " + e.message, true);
   }
 }
 
-function renderParked(subs) {
+function renderParked(d) {
   const body = $("parked").tBodies[0];
   clear(body);
+  for (const k of d.keys) {
+    let state_ = "parked";
+    if (k.releasing) state_ = "releasing";
+    else if (k.requestedBy) state_ = "release requested by " + k.requestedBy + " " + fmtAge(k.requestedAge) + " ago";
+    else if (k.failedReleases) state_ = "release failed " + k.failedReleases + "×: " + k.lastFailure;
+    body.append(el("tr", { "data-sub": k.subscription, "data-key": k.key },
+      el("td", { text: k.subscription }),
+      el("td", { class: "key", text: k.key }),
+      el("td", { class: "num count", text: String(k.count) }),
+      el("td", { class: "num", text: fmtAge(k.age) }),
+      el("td", { class: "reason", text: k.reason }),
+      el("td", { text: state_ }),
+      el("td", {},
+        el("button", { type: "button", class: "release", text: "Release", onclick: () => release(k) }),
+        " ",
+        el("button", { type: "button", class: "drop danger", text: "Drop", onclick: () => drop(k) }),
+      ),
+    ));
+  }
+  $("parked-empty").hidden = d.keys.length > 0;
   const audits = $("audits").tBodies[0];
   clear(audits);
-  let n = 0;
-  for (const s of subs) {
-    if (s.error) body.append(el("tr", {}, el("td", { text: s.subscription }), el("td", { class: "error", colSpan: 6, text: s.error })));
-    for (const k of s.keys) {
-      n++;
-      let state_ = "parked";
-      if (k.releasing) state_ = "releasing";
-      else if (k.requestedBy) state_ = "release requested by " + k.requestedBy + " " + fmtAge(k.requestedAge) + " ago";
-      else if (k.failedReleases) state_ = "release failed " + k.failedReleases + "×: " + k.lastFailure;
-      body.append(el("tr", { "data-sub": k.subscription, "data-key": k.key },
-        el("td", { text: k.subscription }),
-        el("td", { class: "key", text: k.key }),
-        el("td", { class: "num count", text: String(k.count) }),
-        el("td", { class: "num", text: fmtAge(k.age) }),
-        el("td", { class: "reason", text: k.reason }),
-        el("td", { text: state_ }),
-        el("td", {},
-          el("button", { type: "button", class: "release", text: "Release", onclick: () => release(k) }),
-          " ",
-          el("button", { type: "button", class: "drop danger", text: "Drop", onclick: () => drop(k) }),
-        ),
-      ));
-    }
-    for (const a of s.audits) {
-      audits.append(el("tr", {},
-        el("td", { text: a.droppedAt }), el("td", { text: a.subscription }), el("td", { text: a.key }),
-        el("td", { text: (a.ids || []).length + ": " + (a.ids || []).join(", ") }),
-        el("td", { text: a.by }), el("td", { text: a.reason })));
-    }
+  for (const a of d.audits) {
+    audits.append(el("tr", {},
+      el("td", { text: a.droppedAt }), el("td", { text: a.subscription }), el("td", { text: a.key }),
+      el("td", { text: (a.ids || []).length + ": " + (a.ids || []).join(", ") }),
+      el("td", { text: a.by }), el("td", { text: a.reason })));
   }
-  $("parked-empty").hidden = n > 0;
+  if (d.error) parkedResult("audits: " + d.error, true);
 }
 
 async function release(k) {
@@ -386,7 +380,8 @@ async function release(k) {
   if (!ok) { parkedResult("release cancelled"); return; }
   try {
     const r = await postJSON("api/parked/release", { subscription: k.subscription, key: k.key, by: ok.by });
-    parkedResult("Release of " + k.key + ": " + r.status);
+    parkedResult("Release of " + k.key + " requested by " + r.by + ": " + r.state + ", " + r.left +
+      " message(s) left; the running consumers replay them in order.");
   } catch (e) {
     parkedResult("release refused: " + e.message, true);
   }
