@@ -317,6 +317,13 @@ func TestBrowser(t *testing.T) {
 	if got := text(parked + ` td.count`); got != "2" {
 		t.Errorf("parked count %q, want 2", got)
 	}
+	do(
+		chromedp.Click(chromedp.CSS(parked+` button.messages`)),
+		chromedp.WaitVisible(chromedp.CSS(`#parked-messages tbody tr[data-id="order-7-paid"]`)),
+	)
+	if got := eval(`[...document.querySelectorAll("#parked-messages tbody tr")].map(r => r.getAttribute("data-id")).join(",")`); got != "order-7-placed,order-7-paid" {
+		t.Errorf("parked messages shown %q, want order-7-placed,order-7-paid", got)
+	}
 	if path := os.Getenv("FERRY_CONSOLE_SCREENSHOT"); path != "" {
 		time.Sleep(4 * time.Second) // a few points on the charts
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))

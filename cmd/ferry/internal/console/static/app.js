@@ -97,7 +97,7 @@ function confirmAction(text, opts) {
 
 const SVG = "http://www.w3.org/2000/svg";
 
-function chart(points, field, cls, label) {
+function chart(points, field, cls, label, field2, cls2) {
   const w = 180, h = 40, pad = 2;
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("class", "chart");
@@ -131,8 +131,30 @@ function chart(points, field, cls, label) {
   const max = document.createElementNS(SVG, "text");
   max.setAttribute("x", 3);
   max.setAttribute("y", 9);
-  max.textContent = "max " + fmtNum(top, field === "rate" ? 1 : 0);
+  max.textContent = "max " + fmtNum(top, field === "rate" ? 1 : 0) + (field === "lag" ? " msg" : "/s");
   svg.append(max);
+  if (field2) {
+    // A second series on its own scale (the oldest message's age, in
+    // seconds, beside the messages behind).
+    const top2 = Math.max(1, ...pts.map((p) => p[field2]));
+    const c2 = pts.map((p) => {
+      const x = pad + ((p.t - t0) / (t1 - t0)) * (w - 2 * pad);
+      const y = h - pad - (p[field2] / top2) * (h - 2 * pad - 10);
+      return x.toFixed(1) + "," + y.toFixed(1);
+    });
+    if (c2.length === 1) c2.push((w - pad) + "," + c2[0].split(",")[1]);
+    const l2 = document.createElementNS(SVG, "polyline");
+    l2.setAttribute("class", cls2);
+    l2.setAttribute("points", c2.join(" "));
+    svg.append(l2);
+    const m2 = document.createElementNS(SVG, "text");
+    m2.setAttribute("x", w - 3);
+    m2.setAttribute("y", 9);
+    m2.setAttribute("text-anchor", "end");
+    m2.setAttribute("class", cls2);
+    m2.textContent = "max " + fmtNum(top2, 1) + " s";
+    svg.append(m2);
+  }
   return svg;
 }
 
@@ -164,7 +186,8 @@ function renderGroups() {
       el("td", { class: "num lag", text: p ? fmtNum(p.lag) : "–" }),
       el("td", { class: "num", text: p ? fmtNum(p.age, 1) : "–" }),
       el("td", { class: "num", text: fmtNum(lastRate(g), 1) }),
-      el("td", {}, chart(g.series, "lag", "lag", "messages behind, last " + fmtAge(state.session.historySeconds))),
+      el("td", {}, chart(g.series, "lag", "lag", "messages behind (red) and age of the oldest in seconds (orange), last " +
+        fmtAge(state.session.historySeconds), "age", "age")),
       el("td", {}, chart(g.series, "rate", "rate", "messages consumed per second")),
       el("td", {}, dlqBtn),
     );
@@ -356,6 +379,8 @@ function renderParked(d) {
       el("td", { class: "reason", text: k.reason }),
       el("td", { text: state_ }),
       el("td", {},
+        el("button", { type: "button", class: "messages", text: "Messages", onclick: () => showParked(k) }),
+        " ",
         el("button", { type: "button", class: "release", text: "Release", onclick: () => release(k) }),
         " ",
         el("button", { type: "button", class: "drop danger", text: "Drop", onclick: () => drop(k) }),
@@ -372,6 +397,26 @@ function renderParked(d) {
       el("td", { text: a.by }), el("td", { text: a.reason })));
   }
   if (d.error) parkedResult("audits: " + d.error, true);
+}
+
+async function showParked(k) {
+  try {
+    const d = await getJSON("api/parked/messages?subscription=" + encodeURIComponent(k.subscription) +
+      "&key=" + encodeURIComponent(k.key));
+    $("parked-key").textContent = k.key + " of " + k.subscription;
+    const body = $("parked-messages").tBodies[0];
+    clear(body);
+    for (const m of d.messages) {
+      body.append(el("tr", { "data-id": m.id },
+        el("td", { class: "num", text: String(m.seq) }),
+        el("td", { text: m.id }),
+        el("td", { text: m.parkedAt }),
+        el("td", {}, el("pre", { text: m.encoding === "text" ? m.payload : "base64: " + m.payload }))));
+    }
+    $("parked-detail").hidden = false;
+  } catch (e) {
+    parkedResult("messages: " + e.message, true);
+  }
 }
 
 async function release(k) {
