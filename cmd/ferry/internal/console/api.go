@@ -56,7 +56,10 @@ func (s *Server) write(action func(ctx context.Context, body json.RawMessage) (a
 			writeError(w, http.StatusBadRequest, "console: bad request body: "+err.Error())
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+		// A write may replay many messages one by one: it gets six
+		// operation timeouts (a minute by default); what it did by then
+		// stays done, and the error says how far it got.
+		ctx, cancel := context.WithTimeout(r.Context(), 6*s.cfg.Timeout)
 		defer cancel()
 		out, code, err := action(ctx, body)
 		if err != nil {

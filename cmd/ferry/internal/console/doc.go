@@ -6,10 +6,17 @@
 // release them in order or drops them with an audit record, and shows the
 // declared semantics of the transport in use.
 //
-// The package knows nothing of brokers: it calls the operations through
-// three small interfaces ([Monitor], [DeadLetters], [Lot]) that the ferry
-// command implements with its operations layer, so the page and the shell
-// do the same thing.
+// The server knows nothing of brokers: it calls the operations through
+// three small interfaces ([Monitor], [DeadLetters], [Lot]), which
+// [Operations] implements with the ferry command's operations layer
+// (package ops), so the page and the shell do the same thing: a replay is
+// ops.ReplayDLQ, a release is ops.RequestRelease (recorded in the lot and
+// carried out, in order, by the running consumers' middleware.Park), a
+// drop is ops.DropParked with its audit record.
+//
+// Throughput is drawn from a transport that counts what a group consumed
+// ([Consumer]: Redis Streams); elsewhere the page says the broker tells
+// none, and draws the lag alone.
 //
 // # Security
 //
