@@ -41,7 +41,7 @@ func (t *Transport) streamLag(ctx context.Context, key, group string, now time.T
 		return fmt.Errorf("redisstream: lag of %q on %q on %s: %w", group, key, t.cfg.addr, err)
 	}
 	groups, err := t.c.XInfoGroups(ctx, key).Result()
-	if goredis.HasErrorPrefix(err, "ERR no such key") {
+	if goredis.HasErrorPrefix(err, "no such key") {
 		return l, wrap(fmt.Errorf("no such stream: %w", transport.ErrNotFound))
 	}
 	if err != nil {
@@ -108,7 +108,7 @@ func (t *Transport) Consumed(ctx context.Context, sub transport.Subscription) (i
 	var n int64
 	for _, key := range t.streamsOf(sub.Topic) {
 		groups, err := t.c.XInfoGroups(ctx, key).Result()
-		if goredis.HasErrorPrefix(err, "ERR no such key") {
+		if goredis.HasErrorPrefix(err, "no such key") {
 			err = fmt.Errorf("no such stream: %w", transport.ErrNotFound)
 		}
 		if err != nil {

@@ -341,6 +341,13 @@ func TestLag(t *testing.T) {
 	if _, err := tr.Consumed(context.Background(), transport.Subscription{Topic: topic, Group: "nobody"}); !errors.Is(err, transport.ErrNotFound) {
 		t.Errorf("Consumed of a missing group: %v, want ErrNotFound", err)
 	}
+	missing := transport.Subscription{Topic: topic + "-missing", Group: "g"}
+	if _, err := tr.Consumed(context.Background(), missing); !errors.Is(err, transport.ErrNotFound) {
+		t.Errorf("Consumed of a missing stream: %v, want ErrNotFound", err)
+	}
+	if _, err := tr.Lag(context.Background(), missing); !errors.Is(err, transport.ErrNotFound) {
+		t.Errorf("Lag of a missing stream: %v, want ErrNotFound", err)
+	}
 }
 
 // TestDeadLetters: ListDLQ shows a dead letter with its headers; ReplayDLQ
