@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,11 +82,25 @@ func (s *scenario) appliedIDs() []string {
 // waitApplied waits until the handler has applied exactly want, in order.
 func (s *scenario) waitApplied(t *testing.T, want ...string) {
 	t.Helper()
+	s.waitAppliedThen(t, want, nil)
+}
+
+// waitAppliedThen waits until the handler has applied exactly first, in
+// order, and then the messages of then, in any order.
+func (s *scenario) waitAppliedThen(t *testing.T, first, then []string) {
+	t.Helper()
+	want := append(append([]string(nil), first...), then...)
 	deadline := time.After(15 * time.Second)
 	for {
 		got := s.appliedIDs()
-		if strings.Join(got, ",") == strings.Join(want, ",") {
-			return
+		if len(got) == len(want) {
+			tail := append([]string(nil), got[len(first):]...)
+			sort.Strings(tail)
+			sorted := append([]string(nil), then...)
+			sort.Strings(sorted)
+			if strings.Join(got[:len(first)], ",") == strings.Join(first, ",") && strings.Join(tail, ",") == strings.Join(sorted, ",") {
+				return
+			}
 		}
 		if len(got) > len(want) {
 			t.Fatalf("applied %v, want %v", got, want)
@@ -179,6 +194,8 @@ func startScenario(t *testing.T) *scenario {
 	}
 	for _, m := range []*handler.Message{
 		{ID: "poison-1", Topic: s.topic, Payload: []byte(scriptPayload), Headers: map[string]string{"x-note": `<b onmouseover="x">bold?</b>`}},
+		{ID: "poison-2", Topic: s.topic, Payload: []byte(`{"sku":"X-2"}`)},
+		{ID: "poison-3", Topic: s.topic, Payload: []byte{0xff, 0x00, 0x01}},
 		{ID: "order-7-placed", Key: "order-7", Topic: s.topic, Payload: []byte(`{"order":7,"event":"placed"}`)},
 		{ID: "order-7-paid", Key: "order-7", Topic: s.topic, Payload: []byte(`{"order":7,"event":"paid"}`)},
 		{ID: "order-9-placed", Key: "order-9", Topic: s.topic, Payload: []byte(`{"order":9,"event":"placed"}`)},
@@ -211,7 +228,7 @@ func startScenario(t *testing.T) *scenario {
 		for _, k := range keys {
 			counts[k.Key] = k.Count
 		}
-		if len(keys) == 2 && counts["order-7"] == 2 && counts["order-9"] == 1 && len(dl) == 1 {
+		if len(keys) == 2 && counts["order-7"] == 2 && counts["order-9"] == 1 && len(dl) == 3 {
 			break
 		}
 		select {
@@ -403,4 +420,18 @@ func TestBrowser(t *testing.T) {
 	if keys, err := s.lot.Keys(context.Background(), s.sub); err != nil || len(keys) != 0 {
 		t.Errorf("parked keys after release: %+v, %v", keys, err)
 	}
+
+	// Select the two dead letters left and replay the selection.
+	do(
+		chromedp.Click(chromedp.CSS(`#dlq-all`)),
+		chromedp.WaitVisible(chromedp.CSS(`#dlq-replay-selected:enabled`)),
+		chromedp.Click(chromedp.CSS(`#dlq-replay-selected`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
+		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#dlq tbody tr`)),
+	)
+	if got := text(`#dlq-result`); got != "Replayed 2 messages." {
+		t.Errorf("replay of the selection: %q", got)
+	}
+	s.waitAppliedThen(t, []string{"poison-1", "order-7-placed", "order-7-paid"}, []string{"poison-2", "poison-3"})
 }
