@@ -398,8 +398,8 @@ func (s *Server) listParked(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, a := range audits {
 		out.Audits = append(out.Audits, auditJSON{
-			Subscription: a.Subscription, Key: a.Key, IDs: a.IDs, By: a.Audit.By, Reason: a.Audit.Reason,
-			Failure: a.Failure.Error, DroppedAt: a.DroppedAt.UTC().Format(time.RFC3339),
+			Subscription: a.Subscription, Key: a.Key, IDs: a.IDs, By: a.By, Reason: a.Why,
+			Failure: a.Reason, DroppedAt: a.DroppedAt.UTC().Format(time.RFC3339),
 		})
 	}
 	writeJSON(w, out)
@@ -477,7 +477,7 @@ func (s *Server) drop(ctx context.Context, body json.RawMessage) (any, int, erro
 	if err != nil {
 		return nil, codeOf(err), err
 	}
-	return map[string]any{"dropped": len(d.IDs), "ids": d.IDs, "by": d.Audit.By, "reason": d.Audit.Reason}, 0, nil
+	return map[string]any{"dropped": len(d.IDs), "ids": d.IDs, "by": d.By, "reason": d.Why}, 0, nil
 }
 
 // operator is the name a write action is recorded under: the name the

@@ -76,9 +76,9 @@ type Lot interface {
 	// shows the request, and the key leaves Parked when it is done.
 	RequestRelease(ctx context.Context, sub, key, by string) (ops.ReleaseProgress, error)
 	// Drop discards key's parked messages and keeps the audit record.
-	Drop(ctx context.Context, sub, key string, a parking.Audit) (parking.Dropped, error)
+	Drop(ctx context.Context, sub, key string, a parking.Audit) (ops.DroppedKey, error)
 	// Audits returns the audit records of the dropped keys.
-	Audits(ctx context.Context) ([]parking.Dropped, error)
+	Audits(ctx context.Context) ([]ops.DroppedKey, error)
 }
 
 // Config is what [New] serves.

@@ -70,12 +70,12 @@ func (r *recorder) RequestRelease(_ context.Context, sub, key, by string) (ops.R
 	return ops.ReleaseProgress{State: ops.ReleasePending}, nil
 }
 
-func (r *recorder) Drop(_ context.Context, sub, key string, a parking.Audit) (parking.Dropped, error) {
+func (r *recorder) Drop(_ context.Context, sub, key string, a parking.Audit) (ops.DroppedKey, error) {
 	r.wrote("drop " + sub + " " + key + " by " + a.By + ": " + a.Reason)
-	return parking.Dropped{Audit: a}, nil
+	return ops.DroppedKey{By: a.By, Why: a.Reason}, nil
 }
 
-func (r *recorder) Audits(context.Context) ([]parking.Dropped, error) { return nil, nil }
+func (r *recorder) Audits(context.Context) ([]ops.DroppedKey, error) { return nil, nil }
 
 // run starts a Server with cfg (its Listen on port 0) and returns the
 // address it listens on; it stops when the test ends.

@@ -129,16 +129,16 @@ func (o *Operations) RequestRelease(ctx context.Context, sub, key, by string) (o
 }
 
 // Drop drops key with the audit record a ([ops.DropParked]).
-func (o *Operations) Drop(ctx context.Context, sub, key string, a parking.Audit) (parking.Dropped, error) {
+func (o *Operations) Drop(ctx context.Context, sub, key string, a parking.Audit) (ops.DroppedKey, error) {
 	if o.lot == nil {
-		return parking.Dropped{}, errNoLot
+		return ops.DroppedKey{}, errNoLot
 	}
 	return ops.DropParked(ctx, o.lot, sub, key, a, false)
 }
 
 // Audits returns the audit records of the keys dropped on every
-// subscription of the lot, per subscription oldest first.
-func (o *Operations) Audits(ctx context.Context) ([]parking.Dropped, error) {
+// subscription of the lot ([ops.Audits]), per subscription oldest first.
+func (o *Operations) Audits(ctx context.Context) ([]ops.DroppedKey, error) {
 	if o.lot == nil {
 		return nil, errNoLot
 	}
@@ -146,14 +146,11 @@ func (o *Operations) Audits(ctx context.Context) ([]parking.Dropped, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list subscriptions: %w", err)
 	}
-	var out []parking.Dropped
+	var out []ops.DroppedKey
 	for _, s := range subs {
-		a, err := o.lot.Audits(ctx, s)
+		a, err := ops.Audits(ctx, o.lot, s)
 		if err != nil {
-			return nil, fmt.Errorf("audits of %s: %w", s, err)
-		}
-		for i := range a {
-			a[i].Subscription = s
+			return nil, err
 		}
 		out = append(out, a...)
 	}
