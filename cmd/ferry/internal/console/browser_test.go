@@ -334,6 +334,9 @@ func TestBrowser(t *testing.T) {
 	if got := text(parked + ` td.count`); got != "2" {
 		t.Errorf("parked count %q, want 2", got)
 	}
+	if got := text(`#parked-summary li`); !strings.HasPrefix(got, s.sub+": 2 keys parked (3 messages), the oldest for ") {
+		t.Errorf("parked summary %q", got)
+	}
 	do(
 		chromedp.Click(chromedp.CSS(parked+` button.messages`)),
 		chromedp.WaitVisible(chromedp.CSS(`#parked-messages tbody tr[data-id="order-7-paid"]`)),

@@ -388,6 +388,22 @@ function renderParked(d) {
     ));
   }
   $("parked-empty").hidden = d.keys.length > 0;
+  // Per subscription: how many keys are parked and since when the oldest.
+  const subs = new Map();
+  for (const k of d.keys) {
+    const v = subs.get(k.subscription) || { keys: 0, messages: 0, oldest: 0 };
+    v.keys++;
+    v.messages += k.count;
+    v.oldest = Math.max(v.oldest, k.age);
+    subs.set(k.subscription, v);
+  }
+  const summary = $("parked-summary");
+  clear(summary);
+  for (const [sub, v] of subs) {
+    summary.append(el("li", { "data-sub": sub }, el("strong", { text: sub }),
+      ": " + v.keys + " key" + (v.keys === 1 ? "" : "s") + " parked (" + v.messages + " message" +
+      (v.messages === 1 ? "" : "s") + "), the oldest for " + fmtAge(v.oldest)));
+  }
   const audits = $("audits").tBodies[0];
   clear(audits);
   for (const a of d.audits) {
