@@ -159,3 +159,13 @@ func TestConsoleUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestConsolePasswords: the console is told every password of the URLs,
+// in the user-info and in query keys named like a secret, and nothing else.
+func TestConsolePasswords(t *testing.T) {
+	got := passwords("redis://ana:pw-one@h:6379/0?block=200ms",
+		"postgres://u@h/db?password=pw-two&sslmode=disable", "nats://h?token=tok-three", "::bad", "")
+	if strings.Join(got, ",") != "pw-one,pw-two,tok-three" {
+		t.Errorf("passwords = %q", got)
+	}
+}

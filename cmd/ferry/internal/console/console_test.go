@@ -314,3 +314,29 @@ func TestNewRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestPageNoHTMLSinks: the served script never turns text into HTML or
+// code (innerHTML and its kin, eval), and the page has no inline script or
+// handler for the CSP to allow.
+func TestPageNoHTMLSinks(t *testing.T) {
+	addr := run(t, console.Config{Listen: "127.0.0.1:0", Monitor: &recorder{}})
+	for path, sinks := range map[string][]string{
+		"/app.js": {"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "setTimeout(\"", "setInterval(\""},
+		"/":       {"<script>", " onclick=", " onload=", " onerror=", "javascript:"},
+	} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(raw) < 100 {
+			t.Fatalf("%s: %d, %d bytes", path, resp.StatusCode, len(raw))
+		}
+		for _, s := range sinks {
+			if strings.Contains(string(raw), s) {
+				t.Errorf("%s contains %q", path, s)
+			}
+		}
+	}
+}
