@@ -153,7 +153,7 @@ Output is a table, or JSON with -o json. Exit codes: 0 done, 1 failed, 2 bad usa
 		}
 		return nil
 	}
-	root.AddCommand(a.dlqCmd(), a.parkedCmd(), a.lagCmd(), a.offsetsCmd(), a.publishCmd(), a.tailCmd(), a.semanticsCmd())
+	root.AddCommand(a.dlqCmd(), a.parkedCmd(), a.lagCmd(), a.offsetsCmd(), a.publishCmd(), a.tailCmd(), a.semanticsCmd(), a.consoleCmd())
 	return root
 }
 

@@ -41,7 +41,7 @@ func (t *Transport) streamLag(ctx context.Context, key, group string, now time.T
 		return fmt.Errorf("redisstream: lag of %q on %q on %s: %w", group, key, t.cfg.addr, err)
 	}
 	groups, err := t.c.XInfoGroups(ctx, key).Result()
-	if goredis.HasErrorPrefix(err, "ERR no such key") {
+	if goredis.HasErrorPrefix(err, "no such key") {
 		return l, wrap(fmt.Errorf("no such stream: %w", transport.ErrNotFound))
 	}
 	if err != nil {
@@ -92,4 +92,38 @@ func (t *Transport) streamLag(ctx context.Context, key, group string, now time.T
 		}
 	}
 	return l, nil
+}
+
+// Consumed returns how many entries of sub's topic sub's group has
+// consumed so far: read and acked, summed over the topic's streams (XINFO
+// GROUPS entries-read minus pending, Redis 7). It only grows while the
+// group exists, so the rate of its change is the group's throughput; the
+// ferry console draws its chart from it. A missing stream or group is an
+// error wrapping [transport.ErrNotFound].
+func (t *Transport) Consumed(ctx context.Context, sub transport.Subscription) (int64, error) {
+	group := sub.Group
+	if group == "" {
+		group = DefaultGroup
+	}
+	var n int64
+	for _, key := range t.streamsOf(sub.Topic) {
+		groups, err := t.c.XInfoGroups(ctx, key).Result()
+		if goredis.HasErrorPrefix(err, "no such key") {
+			err = fmt.Errorf("no such stream: %w", transport.ErrNotFound)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("redisstream: consumed of %q on %q on %s: %w", group, key, t.cfg.addr, err)
+		}
+		found := false
+		for _, g := range groups {
+			if g.Name == group {
+				n += max(g.EntriesRead-g.Pending, 0)
+				found = true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("redisstream: consumed of %q on %q on %s: no such group: %w", group, key, t.cfg.addr, transport.ErrNotFound)
+		}
+	}
+	return n, nil
 }

@@ -335,6 +335,19 @@ func TestLag(t *testing.T) {
 	if lag[0].OldestAge < 20*time.Millisecond || lag[0].OldestAge > time.Minute {
 		t.Errorf("OldestAge = %v", lag[0].OldestAge)
 	}
+	if n, err := tr.Consumed(context.Background(), sub); err != nil || n != 3 {
+		t.Errorf("Consumed = %d, %v; want 3 (acked)", n, err)
+	}
+	if _, err := tr.Consumed(context.Background(), transport.Subscription{Topic: topic, Group: "nobody"}); !errors.Is(err, transport.ErrNotFound) {
+		t.Errorf("Consumed of a missing group: %v, want ErrNotFound", err)
+	}
+	missing := transport.Subscription{Topic: topic + "-missing", Group: "g"}
+	if _, err := tr.Consumed(context.Background(), missing); !errors.Is(err, transport.ErrNotFound) {
+		t.Errorf("Consumed of a missing stream: %v, want ErrNotFound", err)
+	}
+	if _, err := tr.Lag(context.Background(), missing); !errors.Is(err, transport.ErrNotFound) {
+		t.Errorf("Lag of a missing stream: %v, want ErrNotFound", err)
+	}
 }
 
 // TestDeadLetters: ListDLQ shows a dead letter with its headers; ReplayDLQ
