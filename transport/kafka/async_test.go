@@ -144,3 +144,25 @@ func TestPublishAsyncBackpressure(t *testing.T) {
 		t.Errorf("PublishAsync after the timeouts freed the window: %v", err)
 	}
 }
+
+// TestPublishBatchRefusedOne: a message Publish would refuse, in the
+// middle of a batch, gets its own ErrInvalidMessage in the BatchError,
+// and the messages around it are still sent and confirmed.
+func TestPublishBatchRefusedOne(t *testing.T) {
+	addrs := newCluster(t, 1)
+	createTopic(t, addrs, "refused", 1)
+	tr := open(t, addrs)
+	err := tr.PublishBatch(ctxT(t, 10*time.Second), []*handler.Message{
+		{ID: "a", Key: "k", Topic: "refused", Payload: []byte("a")},
+		{ID: "bad", Key: "k", Topic: "refused", Headers: map[string]string{"_watermill_message_uuid": "x"}},
+		{ID: "c", Key: "k", Topic: "refused", Payload: []byte("c")},
+	})
+	var be *transport.BatchError
+	if !errors.As(err, &be) || len(be.Errs) != 3 || be.Errs[0] != nil || !errors.Is(be.Errs[1], transport.ErrInvalidMessage) || be.Errs[2] != nil {
+		t.Fatalf("PublishBatch: %v; want a BatchError with ErrInvalidMessage for the second message only", err)
+	}
+	st := subscribe(t, tr, transport.Subscription{Topic: "refused", Group: "g", StartAtOldest: true})
+	if got := ids(receive(t, st, 2)); len(got) != 2 || got[0] != "a" || got[1] != "c" {
+		t.Errorf("received %v; want [a c]", got)
+	}
+}

@@ -160,7 +160,7 @@ func decodeLoose(cm *sarama.ConsumerMessage) *handler.Message {
 // carry its partition and offset in dlq. It reads the whole topic up to
 // its current end, so it costs one pass over the DLQ.
 func (t *Transport) ListDLQ(ctx context.Context, dlq string, limit int) ([]*handler.Message, error) {
-	msgs, err := t.readDLQ(ctx, dlq)
+	msgs, err := awaitCtx(ctx, "list "+dlq, func() ([]*handler.Message, error) { return t.readDLQ(ctx, dlq) })
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,10 @@ import (
 // the group starts at [Earliest], and as no lag when it starts at
 // [Latest]. It reads one record per lagging partition.
 func (t *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]transport.Lag, error) {
+	return awaitCtx(ctx, "lag "+sub.Topic, func() ([]transport.Lag, error) { return t.lag(ctx, sub) })
+}
+
+func (t *Transport) lag(ctx context.Context, sub transport.Subscription) ([]transport.Lag, error) {
 	m, err := t.resolve(sub)
 	if err != nil {
 		return nil, err
@@ -125,5 +129,32 @@ func firstTimestamp(ctx context.Context, c sarama.Consumer, topic string, p int3
 		return time.Time{}, nil
 	case <-ctx.Done():
 		return time.Time{}, ctx.Err()
+	}
+}
+
+// awaitCtx runs f, a read-only sequence of sarama requests (which take no
+// context), and returns its result, or an error wrapping ctx's as soon as
+// ctx ends. f then runs on to its end, within sarama's deadline of each
+// request, and its result is dropped. Writes never go through it: giving
+// up on one would leave its outcome unknown.
+func awaitCtx[T any](ctx context.Context, what string, f func() (T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return f()
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("kafka: %s: %w", what, ctx.Err())
 	}
 }

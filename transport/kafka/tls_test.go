@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/internal/fauxqs"
@@ -194,5 +195,40 @@ func TestConnectDeadline(t *testing.T) {
 				t.Errorf("the error %q does not name the TLS and SASL steps", err)
 			}
 		})
+	}
+}
+
+// TestReadCallsHonourCtx (issue 17, item 7): against a broker that stops
+// answering offset requests, Lag and ListDLQ return when their ctx ends,
+// with its error, instead of after sarama's 30s deadline per request.
+func TestReadCallsHonourCtx(t *testing.T) {
+	c := startCluster(t, 1)
+	addrs := c.ListenAddrs()
+	createTopic(t, addrs, "mute", 1)
+	createTopic(t, addrs, "mute.dlq", 1)
+	tr := open(t, addrs)
+	t.Cleanup(c.Close) // before the transport's Close, which would wait for the held requests
+	c.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		return nil, nil, true // read, never answered
+	})
+	for name, call := range map[string]func(context.Context) error{
+		"Lag": func(ctx context.Context) error {
+			_, err := tr.Lag(ctx, transport.Subscription{Topic: "mute", Group: "g"})
+			return err
+		},
+		"ListDLQ": func(ctx context.Context) error {
+			_, err := tr.ListDLQ(ctx, "mute.dlq", 0)
+			return err
+		},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		start := time.Now()
+		err := call(ctx)
+		d := time.Since(start)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || d > 2*time.Second {
+			t.Errorf("%s against a mute broker: %v after %v; want the ctx's deadline after about 500ms", name, err, d)
+		}
 	}
 }
