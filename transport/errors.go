@@ -47,6 +47,14 @@ var ErrInvalidMessage = errors.New("transport: invalid message")
 // the message again. Nothing is lost, and dedupe absorbs the duplicate.
 var ErrRevoked = errors.New("transport: delivery revoked")
 
+// ErrAuth is wrapped by every error of a broker refusing the client's
+// credentials or permissions (a wrong password, an unknown user, a denied
+// ACL), on every transport: each transport's own ErrAuth (and MQTT's
+// ErrBadCredentials and ErrNotAuthorized) wraps it. Retrying does not help;
+// fix the credentials or the broker's ACL. Errors never show the
+// credentials themselves.
+var ErrAuth = errors.New("transport: authentication or authorization refused")
+
 // ErrNotFound is returned (wrapped) by operations on a topic, group, queue
 // or DLQ that does not exist (Lag, ListDLQ, ReplayDLQ).
 var ErrNotFound = errors.New("transport: not found")

@@ -99,6 +99,16 @@ func check(t testing.TB, name string, errs []error, logs string) {
 	}
 }
 
+// requireAuth fails t unless err, a broker's refusal of wrong
+// credentials, wraps transport.ErrAuth: the one check a program needs,
+// whatever the transport.
+func requireAuth(t *testing.T, name string, err error) {
+	t.Helper()
+	if !errors.Is(err, transport.ErrAuth) {
+		t.Errorf("%s: wrong credentials gave %v, want an error wrapping transport.ErrAuth", name, err)
+	}
+}
+
 // refused returns an address on which nothing listens.
 func refused(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -153,6 +163,7 @@ func newCases() []leakCase {
 			_, e1 := kafka.New(ctx, "kafka://"+user+":"+pass+"@"+addr+"?sasl=plain&token="+token, fast...)
 			_, e2 := kafka.New(ctx, "kafka://"+user+":"+pass+"@"+addr+"?sasl=plain&session_timeout="+value, fast...)
 			_, e3 := kafka.New(ctx, "kafka://"+user+":"+inner+"@"+addr+"?sasl=plain&allow_plaintext_auth=true", fast...) // wrong password
+			requireAuth(t, "kafka", e3)
 			_, e4 := kafka.New(ctx, "kafka://"+user+":"+pass+"@"+refused(t)+"?sasl=plain&allow_plaintext_auth=true", fast...)
 			_, e5 := transport.Open(ctx, "kafka://"+user+":"+pass+"@"+addr+"?sasl=scram-sha-256&token="+token)
 			tr, err := kafka.New(ctx, "kafka://"+user+":"+pass+"@"+addr+"?sasl=plain&allow_plaintext_auth=true", fast...)
@@ -176,6 +187,7 @@ func newCases() []leakCase {
 				e3 = tr.Publish(ctx, &handler.Message{ID: "a", Topic: transporttest.UniqueName(t, "leak"), Payload: []byte("x")})
 				_ = tr.Close(ctx)
 			}
+			requireAuth(t, "redis", e3)
 			if tr, err := redisstream.New(ctx, "redis://"+user+":"+pass+"@"+refused(t)+"/0?allow_plaintext_auth=true", log); err != nil {
 				e4 = err
 			} else {
@@ -222,9 +234,11 @@ func newCases() []leakCase {
 			log := jetstream.WithLogger(lg)
 			_, e1 := jetstream.New(ctx, "nats://"+user+":"+pass+"@127.0.0.1:4222?token="+token, log)
 			_, e2 := jetstream.New(ctx, "nats://"+user+":"+pass+"@127.0.0.1:4222?timeout="+value, log)
-			_, e3 := jetstream.New(ctx, "nats://"+user+":"+pass+"@"+refused(t), log)
-			_, e4 := jetstream.New(ctx, "nats://"+token+"@"+refused(t), log) // a lone token
-			_, e5 := transport.Open(ctx, "nats://"+user+":"+pass+"@"+refused(t)+"?token="+token)
+			// With allow_plaintext_auth, so that the refused dial is reached
+			// (without it New refuses the URL first).
+			_, e3 := jetstream.New(ctx, "nats://"+user+":"+pass+"@"+refused(t)+"?allow_plaintext_auth=true", log)
+			_, e4 := jetstream.New(ctx, "nats://"+token+"@"+refused(t)+"?allow_plaintext_auth=true", log) // a lone token
+			_, e5 := transport.Open(ctx, "nats://"+user+":"+pass+"@"+refused(t)+"?allow_plaintext_auth=true&token="+token)
 			tr, err := jetstream.New(ctx, "nats://127.0.0.1:4222?name="+token, log)
 			if err != nil {
 				t.Fatal(err)

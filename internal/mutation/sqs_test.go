@@ -55,8 +55,8 @@ func init() {
 `,
 			Replace: `	case id == "":
 `,
-			Run:     "^TestConformance$/^InvalidMessage$",
-			Want:    "empty ID: accepted, but came back with ID",
+			Run:  "^TestConformance$/^InvalidMessage$",
+			Want: "empty ID: accepted, but came back with ID",
 		},
 		{
 			Name: "size-payload-only", // the size check counts the payload, not the attributes

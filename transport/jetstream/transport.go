@@ -61,7 +61,7 @@ var (
 // ErrAuth is wrapped by the error [New] returns when the server refuses
 // the credentials (user and password, token or NKey). The error never
 // contains them. Check the credentials; retrying will not help.
-var ErrAuth = errors.New("jetstream: authentication failed")
+var ErrAuth = fmt.Errorf("jetstream: authentication failed: %w", transport.ErrAuth)
 
 // New connects to the NATS server that rawURL names and returns a
 // Transport. rawURL is nats://[user[:password]@]host[:port][?key=value…]

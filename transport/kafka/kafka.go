@@ -121,7 +121,7 @@ func (t *Transport) admin() (sarama.ClusterAdmin, error) {
 // brokers refuse the SASL credentials: a wrong user, password or
 // mechanism. The error names the brokers and the mechanism, never the user
 // or the password.
-var ErrAuth = errors.New("kafka: authentication failed")
+var ErrAuth = fmt.Errorf("kafka: authentication failed: %w", transport.ErrAuth)
 
 // connect makes a sarama client: the dial, TLS handshake, SASL exchange
 // and first metadata request against the brokers. It gives up at the

@@ -15,12 +15,12 @@ var (
 	// (MQTT 5 CONNACK 0x86; MQTT 3.1.1 CONNACK 4). New and Subscribe
 	// return it, wrapped with [ErrNotConnected]. Fix the credentials;
 	// retrying does not help.
-	ErrBadCredentials = errors.New("mqtt: bad user name or password")
+	ErrBadCredentials = fmt.Errorf("mqtt: bad user name or password: %w", transport.ErrAuth)
 	// ErrNotAuthorized: the broker refused the request for this client
 	// (0x87: a CONNECT, or with MQTT 5 a PUBLISH or SUBSCRIBE its ACL
 	// denies; MQTT 3.1.1 CONNACK 5). A refused publish was not written;
 	// fix the ACL.
-	ErrNotAuthorized = errors.New("mqtt: not authorized")
+	ErrNotAuthorized = fmt.Errorf("mqtt: not authorized: %w", transport.ErrAuth)
 	// ErrQuotaExceeded: the broker refused the request because a quota
 	// of this client was exceeded (0x97). The message was not written;
 	// retrying later may succeed.

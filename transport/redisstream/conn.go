@@ -10,6 +10,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ferrymq/ferry/transport"
 )
 
 // Connections: go-redis dials through config.dial, which bounds the TCP
@@ -21,7 +23,7 @@ import (
 // ErrAuth is wrapped by the error of [New] when Redis refuses the
 // credentials (WRONGPASS), or asks for some and none were given (NOAUTH).
 // The error never holds the credentials.
-var ErrAuth = errors.New("redisstream: authentication refused")
+var ErrAuth = fmt.Errorf("redisstream: authentication refused: %w", transport.ErrAuth)
 
 // clientOptions returns go-redis options for cfg; maxRetries 0 is
 // go-redis's default (3 more attempts of a failed command), -1 no retry.

@@ -13,7 +13,7 @@ import (
 // ErrAuth is wrapped by the error of any call that AWS refused for its
 // credentials or permissions: an unknown or expired access key, a bad
 // signature, access denied. Package sqs exports it as sqs.ErrAuth.
-var ErrAuth = errors.New("aws: credentials or permissions refused")
+var ErrAuth = fmt.Errorf("aws: credentials or permissions refused: %w", transport.ErrAuth)
 
 // authCodes are the error codes of SQS's and SNS's refusals for
 // credentials or permissions (AWS's common errors).
