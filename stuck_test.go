@@ -87,7 +87,7 @@ func TestRouterReportsStuckCall(t *testing.T) {
 func TestRouterSlowCallsAreNotStuck(t *testing.T) {
 	b := newBroker(t)
 	log := newLogRecorder()
-	r := newRouter(t, ferry.WithLogger(slog.New(log)), ferry.StuckAfter(100*time.Millisecond))
+	r := newRouter(t, ferry.WithLogger(slog.New(log)), ferry.StuckAfter(400*time.Millisecond))
 	var n atomic.Int64
 	h := handler.HandlerFunc(func(context.Context, *handler.Message) error {
 		time.Sleep(10 * time.Millisecond)
@@ -98,13 +98,16 @@ func TestRouterSlowCallsAreNotStuck(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := start(t, r)
-	publish(t, b, "t", 40, 1) // 400ms of calls of one key
-	waitFor(t, "40 calls", func() bool { return n.Load() == 40 })
+	// 1.2s of calls of one key, three times StuckAfter: a watch that timed
+	// the run instead of each call would report it. StuckAfter is 40 times
+	// a call, so a loaded machine does not make a call stuck.
+	publish(t, b, "t", 120, 1)
+	waitFor(t, "120 calls", func() bool { return n.Load() == 120 })
 	if err := stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if lines := log.records(stuckLine); len(lines) != 0 {
-		t.Fatalf("calls of 10ms reported stuck with StuckAfter(100ms): %v", lines[0].Attrs)
+		t.Fatalf("calls of 10ms reported stuck with StuckAfter(400ms): %v", lines[0].Attrs)
 	}
 }
 
