@@ -214,7 +214,10 @@ func (p *publisher) close(ctx context.Context) {
 // write); [transport.ErrTooLarge]; [transport.ErrInvalidMessage] for a
 // message the consumer would not get back as it was sent (an ID, Key or
 // header name over AMQP's 255-byte short strings, a ferry-id or ferry-key
-// header); [transport.ErrClosed] after Close.
+// header, an attempt header such as x-delivery-count) or that the broker
+// would not take (properties and headers over the connection's frame_max:
+// RabbitMQ would close the connection), naming the field and written
+// before anything is sent; [transport.ErrClosed] after Close.
 func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
 	return t.pub.publish(ctx, m)
 }
@@ -336,6 +339,11 @@ func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Pub
 			}
 		}
 		if err := p.t.conn.waitUnblocked(ctx); err != nil {
+			return pending{}, fmt.Errorf("rabbitmq: publish %s: %w", exchange, err)
+		}
+		if err := checkFrame(&pub, pc.sess.conn.Config.FrameSize); err != nil {
+			// Nothing written: the connection and the publishes on it
+			// are untouched.
 			return pending{}, fmt.Errorf("rabbitmq: publish %s: %w", exchange, err)
 		}
 		dc, err := pc.ch.PublishWithDeferredConfirm(exchange, rk, p.t.cfg.mandatory, false, pub)
