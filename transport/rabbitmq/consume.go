@@ -104,11 +104,11 @@ func (s *stream) forward(a *acker, queue string, part int32, in <-chan amqp.Deli
 		}
 		d := &delivery{s: s, a: a, queue: queue, raw: raw, sc: sc}
 		fromDelivery(&d.msg, &d.raw, s.sub.Topic)
-		if top := headerString(raw.Headers[hdrTopic]); top != "" && s.sub.Topic == "" {
+		if top := headerString(raw.Headers[hdrTopic]); top != "" && s.sub.Topic == "" && viaRetry(&raw, queue) {
 			d.msg.Topic = top
 		}
 		d.msg.SetFacts(handler.Facts{
-			Attempt:     attemptOf(&d.raw),
+			Attempt:     attemptOf(&d.raw, queue, s.o.queueType),
 			Transport:   Scheme,
 			Partition:   part,
 			Offset:      -1,
