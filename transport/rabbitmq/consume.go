@@ -16,6 +16,11 @@ import (
 // consume, forwarding its deliveries to Receive, and resuming on a new
 // channel after a loss.
 
+// setupOn runs setup on sess's channel ch under one guard.
+func (s *stream) setupOn(sess *session, ch *amqp.Channel) error {
+	return s.t.conn.call(sess, "declare and consume "+s.o.queue, func() error { return s.setup(ch) })
+}
+
 // setup declares the topology on ch, sets the prefetch and starts the
 // consumers, whose deliveries it forwards to s.out until the channel
 // closes or a consumer is cancelled.
@@ -62,11 +67,11 @@ func (s *stream) resume(ctx context.Context) error {
 		// channel: retire it.
 		go old.retire(context.Background())
 	}
-	ch, _, err := s.t.conn.channel(ctx)
+	ch, sess, err := s.t.conn.channel(ctx)
 	if err != nil {
 		return fmt.Errorf("rabbitmq: receive %s: consume again: %w", s.o.queue, err)
 	}
-	if err := s.setup(ch); err != nil {
+	if err := s.setupOn(sess, ch); err != nil {
 		_ = ch.Close()
 		return fmt.Errorf("rabbitmq: receive %s: consume again: %w", s.o.queue, err)
 	}

@@ -154,7 +154,7 @@ func (p *publisher) channel(ctx context.Context, i int) (*pubChannel, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ch.Confirm(false); err != nil {
+	if err := p.t.conn.call(sess, "confirm mode", func() error { return ch.Confirm(false) }); err != nil {
 		_ = ch.Close()
 		return nil, fmt.Errorf("rabbitmq: confirm mode: %w", err)
 	}
@@ -169,12 +169,15 @@ func (p *publisher) ensureExchange(sess *session, topic string) error {
 	if g, ok := p.declared.Load(topic); ok && g.(uint64) == sess.gen {
 		return nil
 	}
-	ch, err := sess.conn.Channel()
+	err := p.t.conn.call(sess, "declare exchange "+topic, func() error {
+		ch, err := sess.conn.Channel()
+		if err != nil {
+			return fmt.Errorf("rabbitmq: open channel: %w", err)
+		}
+		defer ch.Close()
+		return p.t.declareExchange(ch, topic, "")
+	})
 	if err != nil {
-		return fmt.Errorf("rabbitmq: open channel: %w", err)
-	}
-	defer ch.Close()
-	if err := p.t.declareExchange(ch, topic, ""); err != nil {
 		return err
 	}
 	p.declared.Store(topic, sess.gen)
@@ -364,13 +367,19 @@ func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Pub
 // await waits for the confirm of a written publish and turns a nack, a
 // return or a lost channel into the matching error.
 func (w pending) await(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, w.p.t.cfg.timeout,
+			fmt.Errorf("no confirm from %s%s within %s (Timeout)", w.p.t.conn.host, w.p.t.conn.via, w.p.t.cfg.timeout))
+		defer cancel()
+	}
 	select {
 	case <-w.dc.Done():
 	case <-ctx.Done():
 		if reason := w.p.t.conn.blockedReason(); reason != "" {
 			return fmt.Errorf("rabbitmq: publish %s: awaiting confirm: %w (%s): %w: %w", w.exchange, ErrBlocked, reason, transport.ErrUnknownOutcome, ctx.Err())
 		}
-		return fmt.Errorf("rabbitmq: publish %s: awaiting confirm: %w: %w", w.exchange, transport.ErrUnknownOutcome, ctx.Err())
+		return fmt.Errorf("rabbitmq: publish %s: awaiting confirm from %s: %w: %w (%v)", w.exchange, w.p.t.conn.host, transport.ErrUnknownOutcome, ctx.Err(), context.Cause(ctx))
 	}
 	if !w.dc.Acked() {
 		if w.pc.ch.IsClosed() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -73,16 +72,15 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 		Locale:          "en_US",
 		Properties:      amqp.Table{"connection_name": "ferry"},
 	}
-	if ep.uri.Scheme == "amqps" && acf.TLSClientConfig == nil {
+	if ep.tls && acf.TLSClientConfig == nil {
 		acf.TLSClientConfig = newTLSConfig(ep.uri.Host)
 	} else if acf.TLSClientConfig != nil && acf.TLSClientConfig.ServerName == "" {
 		c := acf.TLSClientConfig.Clone()
 		c.ServerName = ep.uri.Host
 		acf.TLSClientConfig = c
 	}
-	acf.Dial = amqp.DefaultDial(30 * time.Second)
 	t := &Transport{cfg: cfg, ep: ep, streams: make(map[*stream]struct{})}
-	t.conn = newConnector(ep.dial, acf, cfg.logger)
+	t.conn = newConnector(ep, cfg.timeout, acf, cfg.logger)
 	if _, err := t.conn.get(ctx); err != nil {
 		_ = t.conn.close(context.Background())
 		return nil, err

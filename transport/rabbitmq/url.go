@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -29,6 +31,8 @@ const (
 	keyShards          = "shards"               // Shards
 	keyPublishChannels = "publish_channels"     // PublishChannels
 	keyInsecure        = "insecure_skip_verify" // TLS with InsecureSkipVerify
+	keyTimeout         = "timeout"              // Timeout
+	keyPlaintextAuth   = "allow_plaintext_auth" // AllowPlaintextAuth
 )
 
 // opener opens amqp:// and amqps:// URLs for [transport.Open] with [New].
@@ -44,6 +48,8 @@ type endpoint struct {
 	dial string // scheme://user:password@host:port/vhost: never printed
 	uri  amqp.URI
 	safe string // transport.Redact of the URL, for errors and logs
+	host string // host:port, for errors and logs
+	tls  bool   // the connection uses TLS
 }
 
 // parse reads rawURL's settings into a config, then applies opts: the one
@@ -89,6 +95,12 @@ func parse(rawURL string, opts []Option) (config, endpoint, error) {
 	if n, ok := q.Int(keyPublishChannels); ok {
 		PublishChannels(n).apply(&cfg)
 	}
+	if d, ok := q.Duration(keyTimeout); ok {
+		Timeout(d).apply(&cfg)
+	}
+	if b, ok := q.Bool(keyPlaintextAuth); ok {
+		AllowPlaintextAuth(b).apply(&cfg)
+	}
 	if b, ok := q.Bool(keyInsecure); ok && b {
 		if scheme != "amqps" {
 			q.Fail(keyInsecure, "applies to amqps:// only")
@@ -112,6 +124,10 @@ func parse(rawURL string, opts []Option) (config, endpoint, error) {
 		return cfg, ep, cfg.err
 	}
 	d := *u
+	if cfg.tls != nil {
+		// A TLS configuration means TLS, whatever the scheme said.
+		scheme = "amqps"
+	}
 	d.Scheme, d.RawQuery, d.ForceQuery, d.Fragment, d.RawFragment = scheme, "", false, "", ""
 	ep.dial = d.String()
 	ep.safe = transport.Redact(&d)
@@ -119,8 +135,19 @@ func parse(rawURL string, opts []Option) (config, endpoint, error) {
 	if err != nil {
 		return cfg, ep, fmt.Errorf("%w: rabbitmq: bad URL %s: %s", transport.ErrInvalidOption, ep.safe, safeURIError(err))
 	}
+	ep.host = net.JoinHostPort(ep.uri.Host, strconv.Itoa(ep.uri.Port))
+	ep.tls = scheme == "amqps"
+	if !ep.tls && !cfg.plaintextAuth && !(ep.uri.Username == defaultUser && ep.uri.Password == defaultUser) {
+		return cfg, ep, fmt.Errorf("%w: rabbitmq: URL %s: credentials over a connection without TLS would cross the network in clear: use amqps:// (or the TLS option), or set %s=true (AllowPlaintextAuth) for a broker on this host or a trusted network",
+			transport.ErrInvalidOption, ep.safe, keyPlaintextAuth)
+	}
 	return cfg, ep, nil
 }
+
+// defaultUser is RabbitMQ's default user name and password, which
+// amqp091-go also sends for a URL without user info. Its password is no
+// secret, and RabbitMQ accepts the user from loopback only.
+const defaultUser = "guest"
 
 // safeURIError keeps ParseURI's message but never the URL itself.
 func safeURIError(err error) string {
