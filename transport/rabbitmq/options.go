@@ -19,6 +19,7 @@ const (
 	DefaultMaxPayload    = 128 << 20   // RabbitMQ's default max_message_size
 	DefaultHeartbeat     = 10 * time.Second
 	DefaultTimeout       = 30 * time.Second // see [Timeout]
+	DefaultPublishWindow = 1024             // see [PublishWindow]
 )
 
 // maxShards bounds [Shards] so that a typo cannot declare thousands of
@@ -68,6 +69,7 @@ type config struct {
 	maxPayload      int
 	timeout         time.Duration
 	plaintextAuth   bool
+	publishWindow   int
 	err             error
 }
 
@@ -84,6 +86,7 @@ func defaultConfig() config {
 		logger:          slog.Default(),
 		maxPayload:      DefaultMaxPayload,
 		timeout:         DefaultTimeout,
+		publishWindow:   DefaultPublishWindow,
 	}
 }
 
@@ -155,6 +158,20 @@ func Timeout(d time.Duration) Option {
 			return
 		}
 		c.timeout = d
+	})
+}
+
+// PublishWindow sets how many messages [Transport.PublishAsync] (and so
+// PublishBatch) keeps written and not yet confirmed, overriding the default
+// of 1024: while that many await their confirms, PublishAsync waits for
+// room (backpressure). n must be 1 to 65536. URL key publish_window.
+func PublishWindow(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 || n > 1<<16 {
+			c.fail("PublishWindow(%d): want 1 to 65536", n)
+			return
+		}
+		c.publishWindow = n
 	})
 }
 

@@ -107,8 +107,9 @@ type publisher struct {
 
 	declared sync.Map // topic -> generation of the session it was declared on
 
+	async    *asyncWindow
 	closed   atomic.Bool
-	inflight atomic.Int64 // publishes between prepare and the end of await
+	inflight atomic.Int64 // publishes between prepare and the end of await, or of PublishAsync's callback
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -116,7 +117,8 @@ type publisher struct {
 func newPublisher(t *Transport) *publisher {
 	n := t.cfg.publishChannels
 	p := &publisher{t: t, slots: make([]atomic.Pointer[pubChannel], n), open: make([]sync.Mutex, n),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), }
+	p.async = newAsyncWindow(p, t.cfg.publishWindow)
 	go p.sweeper()
 	return p
 }
@@ -199,6 +201,7 @@ func (p *publisher) close(ctx context.Context) {
 			_ = pc.ch.Close()
 		}
 	}
+	p.async.close()
 }
 
 // Publish sends m to the exchange named m.Topic (declared on first use, of
@@ -225,30 +228,13 @@ func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
 	return t.pub.publish(ctx, m)
 }
 
-// PublishBatch publishes msgs pipelined: all are written, in order, then
-// their confirms are awaited. It returns nil when every message was
-// confirmed, otherwise a *[transport.BatchError].
+// PublishBatch publishes msgs through [Transport.PublishAsync], in order,
+// keeping up to the publish window ([PublishWindow]) unconfirmed at once,
+// and waits for every confirm. It returns nil when every message was
+// confirmed, otherwise a *[transport.BatchError] with each message's own
+// error.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
-	t.pub.inflight.Add(1)
-	defer t.pub.inflight.Add(-1)
-	errs := make([]error, len(msgs))
-	ws := make([]pending, len(msgs))
-	failed := false
-	for i, m := range msgs {
-		ws[i], errs[i] = t.pub.prepare(ctx, m)
-	}
-	for i := range msgs {
-		if errs[i] == nil {
-			errs[i] = ws[i].await(ctx)
-		}
-		if errs[i] != nil {
-			failed = true
-		}
-	}
-	if failed {
-		return &transport.BatchError{Errs: errs}
-	}
-	return nil
+	return transport.PublishAll(ctx, t, msgs)
 }
 
 func (p *publisher) publish(ctx context.Context, m *handler.Message) error {
@@ -381,6 +367,12 @@ func (w pending) await(ctx context.Context) error {
 		}
 		return fmt.Errorf("rabbitmq: publish %s: awaiting confirm from %s: %w: %w (%v)", w.exchange, w.p.t.conn.host, transport.ErrUnknownOutcome, ctx.Err(), context.Cause(ctx))
 	}
+	return w.outcome()
+}
+
+// outcome is the result of a publish whose confirm has come (w.dc.Done()
+// is closed): a nack, a return or a lost channel as their errors.
+func (w pending) outcome() error {
 	if !w.dc.Acked() {
 		if w.pc.ch.IsClosed() {
 			return fmt.Errorf("rabbitmq: publish %s: channel closed before the confirm: %w", w.exchange, transport.ErrUnknownOutcome)

@@ -33,6 +33,7 @@ const (
 	keyInsecure        = "insecure_skip_verify" // TLS with InsecureSkipVerify
 	keyTimeout         = "timeout"              // Timeout
 	keyPlaintextAuth   = "allow_plaintext_auth" // AllowPlaintextAuth
+	keyPublishWindow   = "publish_window"       // PublishWindow
 )
 
 // opener opens amqp:// and amqps:// URLs for [transport.Open] with [New].
@@ -94,6 +95,9 @@ func parse(rawURL string, opts []Option) (config, endpoint, error) {
 	}
 	if n, ok := q.Int(keyPublishChannels); ok {
 		PublishChannels(n).apply(&cfg)
+	}
+	if n, ok := q.Int(keyPublishWindow); ok {
+		PublishWindow(n).apply(&cfg)
 	}
 	if d, ok := q.Duration(keyTimeout); ok {
 		Timeout(d).apply(&cfg)
