@@ -117,7 +117,7 @@ type publisher struct {
 func newPublisher(t *Transport) *publisher {
 	n := t.cfg.publishChannels
 	p := &publisher{t: t, slots: make([]atomic.Pointer[pubChannel], n), open: make([]sync.Mutex, n),
-		stop: make(chan struct{}), done: make(chan struct{}), }
+		stop: make(chan struct{}), done: make(chan struct{})}
 	p.async = newAsyncWindow(p, t.cfg.publishWindow)
 	go p.sweeper()
 	return p

@@ -68,6 +68,9 @@ func parse(rawURL string, opts []Option) (config, endpoint, error) {
 	if scheme != "amqp" && scheme != "amqps" {
 		return cfg, ep, fmt.Errorf("%w: rabbitmq: scheme %q is not amqp or amqps", transport.ErrInvalidOption, u.Scheme)
 	}
+	if u.Opaque != "" || u.Host == "" {
+		return cfg, ep, fmt.Errorf("%w: rabbitmq: the URL names no host: want %s://user:password@host:port/vhost", transport.ErrInvalidOption, scheme)
+	}
 	q := transport.ParseQuery("rabbitmq", u.RawQuery)
 	if v, ok := q.String(keyQueueType); ok {
 		QueueType(v).apply(&cfg)
