@@ -229,7 +229,9 @@ func valueFrom(b []byte, depth int) (any, []byte) {
 	case 8:
 		return time.Unix(int64(u(4)), 0), b
 	case 9:
-		return []byte(b[:min(len(b), int(u(1))%16)]), b[min(len(b), 0):]
+		l := int(u(1)) % 16
+		n := min(len(b), l)
+		return append([]byte(nil), b[:n]...), b[n:]
 	case 10:
 		if depth < 3 {
 			t, rest := tableFrom(b, depth+1)
@@ -252,7 +254,8 @@ func valueFrom(b []byte, depth int) (any, []byte) {
 	case 13:
 		return uint32(u(4)), b
 	default:
-		n := min(len(b), int(u(1))%24)
+		l := int(u(1)) % 24
+		n := min(len(b), l)
 		s := string(b[:n])
 		return s, b[n:]
 	}
