@@ -60,6 +60,7 @@ func TestPublishAsync(t *testing.T) {
 		t.Fatal(err)
 	}
 	mu.Lock()
+	defer mu.Unlock()
 	if len(order) != n {
 		t.Fatalf("%d callbacks after Flush, want %d", len(order), n)
 	}
@@ -76,7 +77,6 @@ func TestPublishAsync(t *testing.T) {
 			t.Errorf("message %d: %v", i, results[i])
 		}
 	}
-	mu.Unlock()
 	for want := range n {
 		if want == 100 || want == 200 {
 			continue

@@ -73,7 +73,9 @@ func TestStalledBroker(t *testing.T) {
 
 	px.stall()
 	start := time.Now()
-	err = tr.Publish(ctx, &handler.Message{ID: "during", Topic: topic, Payload: []byte("x")})
+	err = within(t, "Publish", func() error {
+		return tr.Publish(ctx, &handler.Message{ID: "during", Topic: topic, Payload: []byte("x")})
+	})
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("Publish returned after %v", took)
 	}
@@ -81,7 +83,13 @@ func TestStalledBroker(t *testing.T) {
 		t.Errorf("Publish = %v; want ErrUnknownOutcome naming %s", err, px.addr())
 	}
 	start = time.Now()
-	_, err = tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "h"})
+	err = within(t, "Subscribe", func() error {
+		st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "h"})
+		if err == nil {
+			_ = st.Close(ctx)
+		}
+		return err
+	})
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("Subscribe returned after %v", took)
 	}
@@ -93,6 +101,21 @@ func TestStalledBroker(t *testing.T) {
 	defer cancel()
 	if err := tr.Publish(pctx, &handler.Message{ID: "after", Topic: topic, Payload: []byte("x")}); err != nil {
 		t.Errorf("Publish after the stall: %v", err)
+	}
+}
+
+// within runs f and returns its error, or an error saying it had not
+// returned after 8s (f is then left to return, once the stall ends).
+func within(t *testing.T, what string, f func() error) error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- f() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(8 * time.Second):
+		t.Errorf("%s had not returned after 8s against a stalled broker", what)
+		return errors.New(what + " did not return")
 	}
 }
 
