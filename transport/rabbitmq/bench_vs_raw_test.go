@@ -291,14 +291,17 @@ func consumeRaw(tb testing.TB, conn *amqp.Connection, queue string, n, p int) ti
 	if err := ch.Qos(p, 0, false); err != nil {
 		tb.Fatal(err)
 	}
-	start := time.Now()
 	dels, err := ch.Consume(queue, "", false, false, false, false, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	sum := 0
+	var start time.Time
 	for i := 1; i <= n; i++ {
 		d := <-dels
+		if i == 1 {
+			start = time.Now()
+		}
 		sum += int(d.Body[len(d.Body)-1])
 		if i%32 == 0 || i == n {
 			if err := d.Ack(true); err != nil {
@@ -317,12 +320,17 @@ func consumeRaw(tb testing.TB, conn *amqp.Connection, queue string, n, p int) ti
 // over tr at MaxInFlight p (the prefetch), touching each payload.
 func consumeFerry(tb testing.TB, tr *rabbitmq.Transport, topic string, n, p int) time.Duration {
 	var count atomic.Int64
+	var first atomic.Int64 // UnixNano of the first message handled
 	all := make(chan struct{})
 	h := handler.HandlerFunc(func(ctx context.Context, m *handler.Message) error {
 		if m.Payload[len(m.Payload)-1] == 0 {
 			return nil
 		}
-		if count.Add(1) == int64(n) {
+		c := count.Add(1)
+		if c == 1 {
+			first.Store(time.Now().UnixNano())
+		}
+		if c == int64(n) {
 			close(all)
 		}
 		return nil
@@ -337,14 +345,13 @@ func consumeFerry(tb testing.TB, tr *rabbitmq.Transport, topic string, n, p int)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	start := time.Now()
 	go func() { errc <- r.Run(ctx) }()
 	select {
 	case <-all:
 	case <-time.After(120 * time.Second):
 		tb.Fatalf("handled %d of %d", count.Load(), n)
 	}
-	took := time.Since(start)
+	took := time.Since(time.Unix(0, first.Load()))
 	stop()
 	<-errc
 	return took
@@ -355,8 +362,11 @@ func consumeFerry(tb testing.TB, tr *rabbitmq.Transport, topic string, n, p int)
 // goroutine, multiple acks every 32) and with a Ferry Router over this
 // transport (MaxInFlight 256, its coalescing acker), in five interleaved
 // rounds on fresh queues, alternating which goes first. Timing runs from
-// the start of consuming to the last message handled. It reports each
-// side's median rate and the median of the per-round ratios (ferry/raw).
+// the first message handled to the last (setup, such as the Router's
+// declarations, is left out on both sides). It reports each
+// side's median rate, the median of the per-round ratios (ferry/raw) and
+// the client CPU time (the process's) per message of each side, the
+// Router's start included.
 //
 //	go test -run '^$' -bench ConsumeVsRaw -benchtime 100000x ./transport/rabbitmq
 func BenchmarkConsumeVsRaw(b *testing.B) {
@@ -377,7 +387,7 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 	}
 	tr := open(b)
 	b.SetBytes(int64(len(benchPayload)))
-	var raws, ferrys, ratios []float64
+	var raws, ferrys, ratios, rawCPU, ferryCPU []float64
 	b.ResetTimer()
 	for r := range rounds {
 		b.StopTimer()
@@ -395,15 +405,27 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 		fillQueue(b, pch, rawTopic, ids, keys)
 		fillQueue(b, pch, ferryTopic, ids, keys)
 		b.StartTimer()
-		var tRaw, tFerry time.Duration
+		var tRaw, tFerry, cRaw, cFerry time.Duration
+		doRaw := func() {
+			c0 := cpuTime()
+			tRaw = consumeRaw(b, conn, rawQueue, n, prefetch)
+			cRaw = cpuTime() - c0
+		}
+		doFerry := func() {
+			c0 := cpuTime()
+			tFerry = consumeFerry(b, tr, ferryTopic, n, prefetch)
+			cFerry = cpuTime() - c0
+		}
 		if r%2 == 0 {
-			tRaw = consumeRaw(b, conn, rawQueue, n, prefetch)
-			tFerry = consumeFerry(b, tr, ferryTopic, n, prefetch)
+			doRaw()
+			doFerry()
 		} else {
-			tFerry = consumeFerry(b, tr, ferryTopic, n, prefetch)
-			tRaw = consumeRaw(b, conn, rawQueue, n, prefetch)
+			doFerry()
+			doRaw()
 		}
 		b.StopTimer()
+		rawCPU = append(rawCPU, float64(cRaw.Microseconds())/float64(n))
+		ferryCPU = append(ferryCPU, float64(cFerry.Microseconds())/float64(n))
 		raws = append(raws, float64(n)/tRaw.Seconds())
 		ferrys = append(ferrys, float64(n)/tFerry.Seconds())
 		ratios = append(ratios, tRaw.Seconds()/tFerry.Seconds())
@@ -413,5 +435,7 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 	b.ReportMetric(median(raws), "raw-msgs/s")
 	b.ReportMetric(median(ferrys), "ferry-msgs/s")
 	b.ReportMetric(median(ratios), "ferry/raw")
+	b.ReportMetric(median(rawCPU), "raw-cpu-µs/msg")
+	b.ReportMetric(median(ferryCPU), "ferry-cpu-µs/msg")
 	b.Logf("rounds of %d: raw %v msg/s, ferry %v msg/s, ratios %.2f", n, rounded(raws), rounded(ferrys), ratios)
 }
