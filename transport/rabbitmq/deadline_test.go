@@ -51,7 +51,8 @@ func boolStr(b bool) string {
 
 // TestStalledBroker: once connected, a broker that stops answering (a
 // proxy holding every byte, heartbeats included) ends a Publish whose
-// context has no deadline with an unknown outcome, and a Subscribe with
+// context has no deadline, and a PublishAsync, with an unknown outcome,
+// and a Subscribe with
 // an error wrapping context.DeadlineExceeded, each within a few
 // Timeouts and naming the host; after the stall the Transport works again.
 func TestStalledBroker(t *testing.T) {
@@ -81,6 +82,20 @@ func TestStalledBroker(t *testing.T) {
 	}
 	if !errors.Is(err, transport.ErrUnknownOutcome) || !strings.Contains(err.Error(), px.addr()) {
 		t.Errorf("Publish = %v; want ErrUnknownOutcome naming %s", err, px.addr())
+	}
+	start = time.Now()
+	err = within(t, "PublishAsync's callback", func() error {
+		res := make(chan error, 1)
+		if err := tr.PublishAsync(ctx, &handler.Message{ID: "async", Topic: topic, Payload: []byte("x")}, func(err error) { res <- err }); err != nil {
+			return err
+		}
+		return <-res
+	})
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("PublishAsync's callback came after %v", took)
+	}
+	if !errors.Is(err, transport.ErrUnknownOutcome) || !strings.Contains(err.Error(), px.addr()) {
+		t.Errorf("PublishAsync's result = %v; want ErrUnknownOutcome naming %s", err, px.addr())
 	}
 	start = time.Now()
 	err = within(t, "Subscribe", func() error {
