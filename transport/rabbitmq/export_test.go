@@ -25,3 +25,9 @@ func FrameMax(t *Transport) int {
 	}
 	return s.conn.Config.FrameSize
 }
+
+// FrameMaxDefault is RabbitMQ's default frame_max.
+const FrameMaxDefault = 131072
+
+// PublishReserve is the room Publish keeps free in the header frame.
+const PublishReserve = publishReserve

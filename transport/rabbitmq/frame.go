@@ -122,16 +122,31 @@ func largestHeader(p *amqp.Publishing) (string, int) {
 	return name, max
 }
 
-// checkFrame refuses p when its content header frame would exceed
-// frameMax (the connection's negotiated frame_max; 0 is no limit). The
-// error wraps transport.ErrInvalidMessage and names the largest header,
-// never a value.
-func checkFrame(p *amqp.Publishing, frameMax int) error {
+// Room kept free in the content header frame. A message grows on its way
+// to the DLQ: the broker adds x-delivery-count to every quorum delivery and
+// x-death (an entry per queue and reason, x-first-death-* and
+// x-last-death-*) when it dead-letters, and the transport's copies add the
+// dead-letter record (its error text is the transport's own, short) or the
+// retry headers. A frame over frame_max is refused by RabbitMQ from a publisher,
+// and by amqp091-go from the broker: a dead letter that no longer fits
+// could not even be listed. So Publish leaves publishReserve free, and the
+// transport's own copies copyReserve (the delivery count and a death
+// entry).
+const (
+	publishReserve = 8 << 10
+	copyReserve    = 512
+)
+
+// checkFrame refuses p when its content header frame would leave less than
+// reserve bytes of frameMax (the connection's negotiated frame_max; 0 is no
+// limit) free. The error wraps transport.ErrInvalidMessage and names the
+// largest header, never a value.
+func checkFrame(p *amqp.Publishing, frameMax, reserve int) error {
 	size, err := headerFrameSize(p)
 	if err != nil {
 		return fmt.Errorf("%w: %w", transport.ErrInvalidMessage, err)
 	}
-	if frameMax <= 0 || size <= frameMax {
+	if frameMax <= 0 || size <= frameMax-reserve {
 		return nil
 	}
 	name, hsize := largestHeader(p)
@@ -139,6 +154,6 @@ func checkFrame(p *amqp.Publishing, frameMax int) error {
 		return fmt.Errorf("%w: the message's AMQP properties take %d bytes in the content header frame; the connection's frame_max is %d",
 			transport.ErrInvalidMessage, size, frameMax)
 	}
-	return fmt.Errorf("%w: header %q takes %d of the %d bytes of the AMQP content header frame (properties and headers table), over the connection's frame_max of %d: RabbitMQ would close the connection; shorten it or move it into the payload",
-		transport.ErrInvalidMessage, name, hsize, size, frameMax)
+	return fmt.Errorf("%w: header %q takes %d of the %d bytes of the AMQP content header frame (properties and headers table), over the %d the connection's frame_max of %d allows (%d kept free for the broker's and the dead-letter headers): shorten it or move it into the payload",
+		transport.ErrInvalidMessage, name, hsize, size, frameMax-reserve, frameMax, reserve)
 }

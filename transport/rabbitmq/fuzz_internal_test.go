@@ -121,7 +121,7 @@ func describe(c *config) string {
 }
 
 // FuzzHeaders: a message Publish accepts (checkMessage, then the frame
-// check at RabbitMQ's default frame_max) is read back by the consumer
+// check at RabbitMQ's default frame_max less Publish's reserve) is read back by the consumer
 // (fromDelivery of the delivery carrying what toPublishing wrote) byte
 // for byte: ID, Key, payload and every header. The headers take any
 // bytes, including invalid UTF-8 (AMQP strings are bytes), and names of
@@ -147,7 +147,7 @@ func FuzzHeaders(f *testing.F) {
 		if m.Key == "" && rk != "" {
 			pub.Headers[transport.HeaderKey] = ""
 		}
-		if err := checkFrame(&pub, 131072); err != nil {
+		if err := checkFrame(&pub, 131072, publishReserve); err != nil {
 			if !errors.Is(err, transport.ErrInvalidMessage) {
 				t.Fatalf("checkFrame: %v does not wrap ErrInvalidMessage", err)
 			}

@@ -276,7 +276,7 @@ func (p *publisher) prepare(ctx context.Context, m *handler.Message) (pending, e
 		}
 		pub.Headers[transport.HeaderKey] = ""
 	}
-	return p.write(ctx, m.Topic, rk, pub, true)
+	return p.write(ctx, m.Topic, rk, pub, true, publishReserve)
 }
 
 // send publishes pub and waits for its confirm. With declare it first
@@ -284,7 +284,7 @@ func (p *publisher) prepare(ctx context.Context, m *handler.Message) (pending, e
 func (p *publisher) send(ctx context.Context, exchange, rk string, pub amqp.Publishing, declare bool) error {
 	p.inflight.Add(1)
 	defer p.inflight.Add(-1)
-	pending, err := p.write(ctx, exchange, rk, pub, declare)
+	pending, err := p.write(ctx, exchange, rk, pub, declare, copyReserve)
 	if err != nil {
 		return err
 	}
@@ -301,11 +301,12 @@ type pending struct {
 	id       string
 }
 
-// write publishes pub on a confirm channel. If the channel or its
+// write publishes pub on a confirm channel, if its content header frame
+// leaves reserve bytes of the connection's frame_max free. If the channel or its
 // connection turns out to be closed before anything was written, it tries
 // once more on a new channel (dialling if need be); any other failure is
 // returned, for the caller to retry.
-func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Publishing, declare bool) (pending, error) {
+func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Publishing, declare bool, reserve int) (pending, error) {
 	n := len(p.slots)
 	i := 0
 	if n > 1 {
@@ -330,7 +331,7 @@ func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Pub
 		if err := p.t.conn.waitUnblocked(ctx); err != nil {
 			return pending{}, fmt.Errorf("rabbitmq: publish %s: %w", exchange, err)
 		}
-		if err := checkFrame(&pub, pc.sess.conn.Config.FrameSize); err != nil {
+		if err := checkFrame(&pub, pc.sess.conn.Config.FrameSize, reserve); err != nil {
 			// Nothing written: the connection and the publishes on it
 			// are untouched.
 			return pending{}, fmt.Errorf("rabbitmq: publish %s: %w", exchange, err)
