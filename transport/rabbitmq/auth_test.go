@@ -15,8 +15,8 @@ import (
 // TestPlaintextAuth: credentials over amqp:// without TLS are refused by
 // New (ErrInvalidOption, naming allow_plaintext_auth and never the
 // password) unless the URL opts in, except RabbitMQ's public default
-// guest:guest, written or implied; insecure_skip_verify is refused on
-// amqp://. With the opt-in, credentials the broker refuses give an error
+// guest:guest, written or implied; tls_insecure and insecure_skip_verify
+// are refused on amqp:// without TLS files. With the opt-in, credentials the broker refuses give an error
 // wrapping ErrAuth that names the host and not the password.
 func TestPlaintextAuth(t *testing.T) {
 	requireRabbit(t)
@@ -27,6 +27,7 @@ func TestPlaintextAuth(t *testing.T) {
 		"amqp://guest:s3cret-pw@127.0.0.1:5672/",
 		"amqp://app:s3cret-pw@127.0.0.1:5672/?allow_plaintext_auth=false",
 		"amqp://guest:guest@127.0.0.1:5672/?insecure_skip_verify=true",
+		"amqp://guest:guest@127.0.0.1:5672/?tls_insecure=true",
 	}
 	for _, u := range refused {
 		_, err := rabbitmq.New(ctx, u)
@@ -38,8 +39,11 @@ func TestPlaintextAuth(t *testing.T) {
 			t.Errorf("error names the password: %v", err)
 		}
 		want := "allow_plaintext_auth"
-		if strings.Contains(u, "insecure") {
+		switch {
+		case strings.Contains(u, "insecure_skip_verify"):
 			want = "insecure_skip_verify"
+		case strings.Contains(u, "tls_insecure"):
+			want = "tls_insecure"
 		}
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("New(%s) = %v; want it to name %s", transport.RedactString(u), err, want)

@@ -56,6 +56,10 @@ func FuzzParseURL(f *testing.F) {
 		"amqp:opaque",
 		"amqp://%zz",
 		"amqp://u:p%40ss@h:99999/",
+		"amqps://h:1/?tls_insecure=true",
+		"amqp://h:1/?tls_insecure=true",
+		"amqp://u:p@h:1/?tls_ca=/nonexistent/ca.pem",
+		"amqps://h:1/?tls_cert=/x.pem",
 	} {
 		f.Add(u)
 	}

@@ -115,8 +115,9 @@ func (c *config) check() {
 // CA. Without it an amqps URL uses the system's roots with the URL's host
 // as ServerName. Given with an amqp:// URL it connects with TLS all the
 // same, as amqps:// does (the default port is then amqps's, 5671). The URL
-// query key "insecure_skip_verify=true" sets a configuration that skips
-// verification (test brokers only; refused on amqp://).
+// keys tls_ca, tls_cert and tls_key build one from PEM files, and
+// tls_insecure=true (or insecure_skip_verify=true) one that skips
+// verification (test brokers only; refused without TLS).
 func TLS(cfg *tls.Config) Option {
 	return optionFunc(func(c *config) {
 		if cfg == nil {

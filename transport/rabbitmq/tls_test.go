@@ -20,9 +20,10 @@ const tlsSecret = "tls-s3cret-pw"
 
 // TestTLS runs against a private RabbitMQ node started by the test with a
 // TLS listener whose certificate a generated CA signed, and a user
-// "ferry" with a password (no guest): the right CA connects, publishes and
-// consumes over TLS; another CA fails the handshake; insecure_skip_verify
-// connects without a CA; wrong credentials over TLS give an error wrapping
+// "ferry" with a password (no guest): the right CA (the TLS option, or the
+// URL key tls_ca, on amqps:// and on amqp://) connects, publishes and
+// consumes over TLS; another CA fails the handshake; tls_insecure (and
+// its older spelling insecure_skip_verify) connects without a CA; wrong credentials over TLS give an error wrapping
 // ErrAuth; amqp:// with the TLS option connects with TLS; and plaintext
 // with the password is refused without allow_plaintext_auth. No error
 // names the password.
@@ -102,6 +103,32 @@ func TestTLS(t *testing.T) {
 			t.Errorf("wrong password: %v; want ErrAuth", err)
 		}
 		noSecret(t, err)
+	})
+	t.Run("tls_ca", func(t *testing.T) {
+		tr, err := rabbitmq.New(ctx, tlsURL+"&tls_ca="+ca.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = tr.Close(ctx)
+		// On amqp:// the TLS files mean TLS too.
+		u := fmt.Sprintf("amqp://ferry:%s@127.0.0.1:%d/?timeout=5s&tls_ca=%s", tlsSecret, tlsPort, ca.File)
+		tr, err = rabbitmq.New(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = tr.Close(ctx)
+		_, err = rabbitmq.New(ctx, tlsURL+"&tls_ca="+other.File)
+		if err == nil || !strings.Contains(err.Error(), "certificate") {
+			t.Errorf("tls_ca of another CA: %v; want a certificate error", err)
+		}
+		noSecret(t, err)
+	})
+	t.Run("tls_insecure", func(t *testing.T) {
+		tr, err := rabbitmq.New(ctx, tlsURL+"&tls_insecure=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = tr.Close(ctx)
 	})
 	t.Run("amqp with TLS option", func(t *testing.T) {
 		u := fmt.Sprintf("amqp://ferry:%s@127.0.0.1:%d/?timeout=5s", tlsSecret, tlsPort)

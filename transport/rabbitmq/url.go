@@ -30,7 +30,7 @@ const (
 	keyOrdered         = "ordered"              // Ordered
 	keyShards          = "shards"               // Shards
 	keyPublishChannels = "publish_channels"     // PublishChannels
-	keyInsecure        = "insecure_skip_verify" // TLS with InsecureSkipVerify
+	keyInsecure        = "insecure_skip_verify" // tls_insecure's older spelling, still read
 	keyTimeout         = "timeout"              // Timeout
 	keyPlaintextAuth   = "allow_plaintext_auth" // AllowPlaintextAuth
 	keyPublishWindow   = "publish_window"       // PublishWindow
@@ -108,14 +108,33 @@ func parse(rawURL string, opts []Option) (config, endpoint, error) {
 	if b, ok := q.Bool(keyPlaintextAuth); ok {
 		AllowPlaintextAuth(b).apply(&cfg)
 	}
-	if b, ok := q.Bool(keyInsecure); ok && b {
-		if scheme != "amqps" {
-			q.Fail(keyInsecure, "applies to amqps:// only")
+	files := q.TLSFiles() // tls_ca, tls_cert and tls_key, as on every transport
+	insecure := false
+	for _, k := range []string{transport.KeyTLSInsecure, keyInsecure} {
+		if b, ok := q.Bool(k); ok && b {
+			if scheme != "amqps" && !files.Any() {
+				q.Fail(k, "applies to TLS only (amqps://, or tls_ca, tls_cert and tls_key)")
+			}
+			insecure = true
 		}
-		TLS(&tls.Config{InsecureSkipVerify: true}).apply(&cfg) //nolint:gosec // explicit opt-in for test brokers
 	}
 	if err := q.Err(); err != nil {
 		return cfg, ep, err
+	}
+	if files.Any() {
+		tc, err := files.Config()
+		if err != nil {
+			return cfg, ep, fmt.Errorf("rabbitmq: %w", err)
+		}
+		TLS(tc).apply(&cfg)
+	}
+	if insecure {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.tls != nil {
+			tc = cfg.tls.Clone()
+		}
+		tc.InsecureSkipVerify = true // explicit opt-in for test brokers
+		TLS(tc).apply(&cfg)
 	}
 	if cfg.err != nil {
 		return cfg, ep, cfg.err
