@@ -7,10 +7,10 @@
 // Make a [Transport] with [New], or open one by URL after a blank import;
 // both read the URL the same way:
 //
-//	t, err := rabbitmq.New(ctx, "amqp://app:secret@rabbit:5672/shop?delivery_limit=5")
+//	t, err := rabbitmq.New(ctx, "amqps://app:secret@rabbit:5671/shop?delivery_limit=5")
 //
 //	import _ "github.com/ferrymq/ferry/transport/rabbitmq"
-//	t, err := transport.Open(ctx, "amqp://app:secret@rabbit:5672/shop?delivery_limit=5")
+//	t, err := transport.Open(ctx, "amqps://app:secret@rabbit:5671/shop?delivery_limit=5")
 //
 // # What the default URL gives
 //
