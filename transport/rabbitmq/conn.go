@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -33,6 +36,12 @@ var ErrUnroutable = errors.New("rabbitmq: message unroutable")
 // in the queue process, or a queue overflow with reject-publish).
 var ErrNacked = errors.New("rabbitmq: message nacked by the broker")
 
+// ErrAuth is wrapped by the error of [New] (and of a later reconnect) when
+// the broker refuses the connection's credentials (ACCESS_REFUSED at
+// login) or its virtual host. The error names the host, never the user
+// or the password.
+var ErrAuth = errors.New("rabbitmq: authentication refused")
+
 // session is one live AMQP connection with its generation number.
 type session struct {
 	conn *amqp.Connection
@@ -56,9 +65,12 @@ type dialing struct {
 // backoff. Users take the current session with get and open their own
 // channels on it.
 type connector struct {
-	url    string // never printed
-	amqpCf amqp.Config
-	log    *slog.Logger
+	url     string // never printed
+	host    string // host:port, for errors
+	via     string // " (TLS)" or "", for errors
+	timeout time.Duration
+	amqpCf  amqp.Config
+	log     *slog.Logger
 
 	mu     sync.Mutex
 	cur    *session // nil when there is no connection
@@ -72,13 +84,18 @@ type connector struct {
 	unblock chan struct{}  // closed when the block clears
 }
 
-func newConnector(url string, cf amqp.Config, log *slog.Logger) *connector {
-	return &connector{url: url, amqpCf: cf, log: log, done: make(chan struct{}), unblock: make(chan struct{})}
+func newConnector(ep endpoint, timeout time.Duration, cf amqp.Config, log *slog.Logger) *connector {
+	c := &connector{url: ep.dial, host: ep.host, timeout: timeout, amqpCf: cf, log: log,
+		done: make(chan struct{}), unblock: make(chan struct{})}
+	if ep.tls {
+		c.via = " (TLS)"
+	}
+	return c
 }
 
 // get returns the current session, dialling if there is none, bounded by
-// ctx. The dial itself runs to its own deadline (30s) whoever waits for
-// it, so that a caller giving up does not fail the others. A failed dial
+// ctx. The dial itself runs to its own deadline (the Timeout) whoever
+// waits for it, so that a caller giving up does not fail the others. A failed dial
 // returns its error to every caller that waited for it; the next get dials
 // again.
 func (c *connector) get(ctx context.Context) (*session, error) {
@@ -107,7 +124,7 @@ func (c *connector) get(ctx context.Context) (*session, error) {
 	case <-c.done:
 		return nil, transport.ErrClosed
 	case <-ctx.Done():
-		return nil, fmt.Errorf("rabbitmq: connect: %w", ctx.Err())
+		return nil, fmt.Errorf("rabbitmq: connect to %s%s: %w", c.host, c.via, ctx.Err())
 	}
 }
 
@@ -121,13 +138,27 @@ func (c *connector) current() *session {
 
 // connect dials for d and installs the connection.
 func (c *connector) connect(d *dialing) {
-	conn, err := amqp.DialConfig(c.url, c.amqpCf)
+	cf := c.amqpCf
+	var timedOut atomic.Bool
+	cf.Dial = func(network, addr string) (net.Conn, error) {
+		conn, err := amqp.DefaultDial(c.timeout)(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &handshakeConn{Conn: conn, timedOut: &timedOut}, nil
+	}
+	conn, err := amqp.DialConfig(c.url, cf)
+	if err != nil && timedOut.Load() {
+		// amqp091-go reports the handshake's read timeout as a frame
+		// error: say what it was.
+		err = fmt.Errorf("no answer within %s (TCP, TLS and AMQP handshakes): %w: %w", c.timeout, context.DeadlineExceeded, redact(err))
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer close(d.done)
 	c.dial = nil
 	if err != nil {
-		d.err = fmt.Errorf("rabbitmq: connect: %w", redact(err))
+		d.err = c.dialError(err)
 		return
 	}
 	if c.closed {
@@ -143,6 +174,93 @@ func (c *connector) connect(d *dialing) {
 	if s.gen > 1 {
 		c.log.Info("rabbitmq: reconnected", "generation", s.gen)
 	}
+}
+
+// dialError names the host of a failed dial, and wraps ErrAuth for a
+// refused login or virtual host, and context.DeadlineExceeded for a dial
+// or handshake that ran out of time.
+func (c *connector) dialError(err error) error {
+	err = redact(err)
+	switch {
+	case errors.Is(err, amqp.ErrCredentials), errors.Is(err, amqp.ErrSASL):
+		return fmt.Errorf("rabbitmq: connect to %s%s: %w: the broker refused the user name or password (the URL's user info): %w", c.host, c.via, ErrAuth, err)
+	case errors.Is(err, amqp.ErrVhost):
+		return fmt.Errorf("rabbitmq: connect to %s%s: %w: the user may not use the URL's virtual host: %w", c.host, c.via, ErrAuth, err)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("rabbitmq: connect to %s%s: no answer within %s (TCP, TLS and AMQP handshakes): %w: %w", c.host, c.via, c.timeout, context.DeadlineExceeded, err)
+	}
+	return fmt.Errorf("rabbitmq: connect to %s%s: %w", c.host, c.via, err)
+}
+
+// handshakeConn records whether a read or write on the connection ran
+// into its deadline, so that a dial can tell a silent server from other
+// failures.
+type handshakeConn struct {
+	net.Conn
+	timedOut *atomic.Bool
+}
+
+func (h *handshakeConn) Read(b []byte) (int, error) {
+	n, err := h.Conn.Read(b)
+	h.note(err)
+	return n, err
+}
+
+func (h *handshakeConn) Write(b []byte) (int, error) {
+	n, err := h.Conn.Write(b)
+	h.note(err)
+	return n, err
+}
+
+func (h *handshakeConn) note(err error) {
+	var ne net.Error
+	if err != nil && errors.As(err, &ne) && ne.Timeout() {
+		h.timedOut.Store(true)
+	}
+}
+
+// guard bounds one synchronous AMQP exchange on a session's connection
+// (amqp091-go's calls take no context and wait for the broker's answer):
+// if the answer has not come within the connector's timeout, it closes
+// the connection, which fails the call, and the next call dials again, as
+// after any loss. done turns the call's error into one naming the step and
+// the host.
+type guard struct {
+	c     *connector
+	step  string
+	timer *time.Timer
+	fired atomic.Bool
+}
+
+// guard starts the clock for step on s.
+func (c *connector) guard(s *session, step string) *guard {
+	g := &guard{c: c, step: step}
+	g.timer = time.AfterFunc(c.timeout, func() {
+		g.fired.Store(true)
+		c.log.Warn("rabbitmq: no answer from the broker; closing the connection, the next call reconnects", "step", step, "host", c.host, "timeout", c.timeout)
+		c.drop(s)
+		go func() { _ = s.conn.CloseDeadline(time.Now().Add(time.Second)) }()
+	})
+	return g
+}
+
+// done stops the clock and returns err, or the timeout error if the clock
+// ran out (wrapping context.DeadlineExceeded and err).
+func (g *guard) done(err error) error {
+	g.timer.Stop()
+	if g.fired.Load() {
+		return fmt.Errorf("rabbitmq: %s on %s%s: no answer within %s; the connection was closed: %w (%w)", g.step, g.c.host, g.c.via, g.c.timeout, context.DeadlineExceeded, err)
+	}
+	return err
+}
+
+// call runs f, one or more synchronous AMQP calls on s's connection, under
+// a guard for step.
+func (c *connector) call(s *session, step string, f func() error) error {
+	g := c.guard(s, step)
+	return g.done(f())
 }
 
 // redact keeps dial errors free of the URL: amqp091's own errors never
@@ -198,12 +316,19 @@ func (c *connector) channel(ctx context.Context) (*amqp.Channel, *session, error
 		if err != nil {
 			return nil, nil, err
 		}
-		ch, err := s.conn.Channel()
+		var ch *amqp.Channel
+		err = c.call(s, "open channel", func() (err error) {
+			ch, err = s.conn.Channel()
+			return err
+		})
 		if err == nil {
 			return ch, s, nil
 		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, nil, err
+		}
 		if !s.conn.IsClosed() || try > 0 {
-			return nil, nil, fmt.Errorf("rabbitmq: open channel: %w", err)
+			return nil, nil, fmt.Errorf("rabbitmq: open channel on %s: %w", c.host, err)
 		}
 		c.drop(s)
 	}

@@ -16,6 +16,11 @@ import (
 // consume, forwarding its deliveries to Receive, and resuming on a new
 // channel after a loss.
 
+// setupOn runs setup on sess's channel ch under one guard.
+func (s *stream) setupOn(sess *session, ch *amqp.Channel) error {
+	return s.t.conn.call(sess, "declare and consume "+s.o.queue, func() error { return s.setup(ch) })
+}
+
 // setup declares the topology on ch, sets the prefetch and starts the
 // consumers, whose deliveries it forwards to s.out until the channel
 // closes or a consumer is cancelled.
@@ -62,11 +67,11 @@ func (s *stream) resume(ctx context.Context) error {
 		// channel: retire it.
 		go old.retire(context.Background())
 	}
-	ch, _, err := s.t.conn.channel(ctx)
+	ch, sess, err := s.t.conn.channel(ctx)
 	if err != nil {
 		return fmt.Errorf("rabbitmq: receive %s: consume again: %w", s.o.queue, err)
 	}
-	if err := s.setup(ch); err != nil {
+	if err := s.setupOn(sess, ch); err != nil {
 		_ = ch.Close()
 		return fmt.Errorf("rabbitmq: receive %s: consume again: %w", s.o.queue, err)
 	}
@@ -104,11 +109,11 @@ func (s *stream) forward(a *acker, queue string, part int32, in <-chan amqp.Deli
 		}
 		d := &delivery{s: s, a: a, queue: queue, raw: raw, sc: sc}
 		fromDelivery(&d.msg, &d.raw, s.sub.Topic)
-		if top := headerString(raw.Headers[hdrTopic]); top != "" && s.sub.Topic == "" {
+		if top := headerString(raw.Headers[hdrTopic]); top != "" && s.sub.Topic == "" && viaRetry(&raw, queue) {
 			d.msg.Topic = top
 		}
 		d.msg.SetFacts(handler.Facts{
-			Attempt:     attemptOf(&d.raw),
+			Attempt:     attemptOf(&d.raw, queue, s.o.queueType),
 			Transport:   Scheme,
 			Partition:   part,
 			Offset:      -1,

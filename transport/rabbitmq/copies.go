@@ -128,12 +128,16 @@ func (s *stream) retryQueue(ctx context.Context, q string, d time.Duration) (str
 	if ok && m.gen == sess.gen && time.Since(m.at) < 30*time.Second {
 		return name, nil
 	}
-	ch, err := sess.conn.Channel()
+	err = s.t.conn.call(sess, "declare retry queue "+name, func() error {
+		ch, err := sess.conn.Channel()
+		if err != nil {
+			return fmt.Errorf("rabbitmq: open channel: %w", err)
+		}
+		defer ch.Close()
+		_, err = declareRetry(ch, q, d, s.o.queueType)
+		return err
+	})
 	if err != nil {
-		return "", fmt.Errorf("rabbitmq: open channel: %w", err)
-	}
-	defer ch.Close()
-	if _, err := declareRetry(ch, q, d, s.o.queueType); err != nil {
 		return "", err
 	}
 	s.retryMu.Lock()

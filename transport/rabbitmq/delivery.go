@@ -124,7 +124,7 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 		return transport.ErrSettled
 	}
 	defer d.done()
-	attempt := attemptOf(&d.raw)
+	attempt := attemptOf(&d.raw, d.queue, d.s.o.queueType)
 	if d.s.o.queueType == QueueQuorum && attempt > d.s.o.deliveryLimit {
 		if err := d.deadLetter(ctx, attempt); err != nil {
 			// Requeue: the broker's own delivery limit dead-letters it.

@@ -14,15 +14,23 @@ import (
 )
 
 // adminChannel opens a short-lived channel for an operation.
-func (t *Transport) adminChannel(ctx context.Context) (*amqp.Channel, error) {
+func (t *Transport) adminChannel(ctx context.Context) (*amqp.Channel, *session, error) {
 	t.mu.Lock()
 	closed := t.closed
 	t.mu.Unlock()
 	if closed {
-		return nil, transport.ErrClosed
+		return nil, nil, transport.ErrClosed
 	}
-	ch, _, err := t.conn.channel(ctx)
-	return ch, err
+	return t.conn.channel(ctx)
+}
+
+// get is basic.get on ch under a guard.
+func (t *Transport) get(sess *session, ch *amqp.Channel, q string) (d amqp.Delivery, ok bool, err error) {
+	err = t.conn.call(sess, "get from "+q, func() (err error) {
+		d, ok, err = ch.Get(q, false)
+		return err
+	})
+	return d, ok, err
 }
 
 // ListDLQ returns up to limit messages of the dead-letter queue dlq
@@ -42,7 +50,7 @@ func (t *Transport) ListDLQ(ctx context.Context, dlq string, limit int) ([]*hand
 	if limit <= 0 {
 		limit = 100
 	}
-	ch, err := t.adminChannel(ctx)
+	ch, sess, err := t.adminChannel(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: list %s: %w", dlq, err)
 	}
@@ -52,7 +60,7 @@ func (t *Transport) ListDLQ(ctx context.Context, dlq string, limit int) ([]*hand
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
-		d, ok, err := ch.Get(dlq, false)
+		d, ok, err := t.get(sess, ch, dlq)
 		if err != nil {
 			return out, fmt.Errorf("rabbitmq: list %s: %w%s", dlq, err, notFoundHint(err))
 		}
@@ -72,7 +80,7 @@ func (t *Transport) ListDLQ(ctx context.Context, dlq string, limit int) ([]*hand
 // failed publish and returns how many were replayed with the error; the
 // failed message and the rest stay in the DLQ.
 func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Replay) (int, error) {
-	ch, err := t.adminChannel(ctx)
+	ch, sess, err := t.adminChannel(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("rabbitmq: replay %s: %w", dlq, err)
 	}
@@ -82,7 +90,7 @@ func (t *Transport) ReplayDLQ(ctx context.Context, dlq string, r transport.Repla
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
-		d, ok, err := ch.Get(dlq, false)
+		d, ok, err := t.get(sess, ch, dlq)
 		if err != nil {
 			return n, fmt.Errorf("rabbitmq: replay %s: %w%s", dlq, err, notFoundHint(err))
 		}

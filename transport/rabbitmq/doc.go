@@ -7,10 +7,10 @@
 // Make a [Transport] with [New], or open one by URL after a blank import;
 // both read the URL the same way:
 //
-//	t, err := rabbitmq.New(ctx, "amqp://app:secret@rabbit:5672/shop?delivery_limit=5")
+//	t, err := rabbitmq.New(ctx, "amqps://app:secret@rabbit:5671/shop?delivery_limit=5")
 //
 //	import _ "github.com/ferrymq/ferry/transport/rabbitmq"
-//	t, err := transport.Open(ctx, "amqp://app:secret@rabbit:5672/shop?delivery_limit=5")
+//	t, err := transport.Open(ctx, "amqps://app:secret@rabbit:5671/shop?delivery_limit=5")
 //
 // # What the default URL gives
 //
@@ -35,8 +35,17 @@
 // ordered ([Ordered]), shards ([Shards]), queue_type ([QueueType]),
 // delivery_limit ([DeliveryLimit]), prefetch ([Prefetch]), exchange_type
 // ([ExchangeKind]), mandatory ([Mandatory]), publish_channels
-// ([PublishChannels]), heartbeat ([Heartbeat]) and insecure_skip_verify
-// (amqps:// test brokers only). Options given to New apply after the URL's.
+// ([PublishChannels]), publish_window ([PublishWindow]), heartbeat
+// ([Heartbeat]), timeout ([Timeout]), allow_plaintext_auth
+// ([AllowPlaintextAuth]), the TLS keys of every transport, tls_ca, tls_cert
+// and tls_key (PEM files, read by [transport.TLSFiles]; on amqp:// they
+// mean TLS too), and tls_insecure (test brokers only; insecure_skip_verify
+// is its older spelling, still read). Options given to New apply after the URL's. A user name and
+// password over amqp:// without TLS are refused unless
+// allow_plaintext_auth=true, except RabbitMQ's public default guest:guest
+// (also what a URL without user info sends); a [TLS] option makes an
+// amqp:// URL connect with TLS. A broker that refuses the credentials or
+// the vhost gives an error wrapping [ErrAuth].
 // TLS settings beyond the defaults ([TLS]), exchanges of their own kind
 // ([Exchanges]), per-topic shards ([TopicShards]), a routing-key function
 // ([RoutingKey]) and the logger ([WithLogger]) are set in code. Every error
@@ -164,11 +173,22 @@
 // requeued them), and Ack or Nack on one already handed out returns an
 // error wrapping [ErrStale], which wraps [transport.ErrRevoked].
 //
-// Deadlines: a dial gives up after 30s, whoever waits for it. amqp091-go's
-// channel calls (declarations, basic.get) take no deadline of their own; a
-// dead connection fails them within about two heartbeats ([Heartbeat]),
-// and the operations that loop over them (ListDLQ, ReplayDLQ) check their
-// ctx between calls.
+// Deadlines ([Timeout], 30s by default): a dial (TCP, TLS and AMQP
+// handshakes) gives up after it, whoever waits for it; every synchronous
+// AMQP call (channel open, confirm mode, declarations, qos, consume,
+// basic.get, passive declares) runs under a guard that closes a connection
+// whose broker has not answered within it, failing the call with an error
+// wrapping context.DeadlineExceeded that names the step and the host; a
+// confirm is awaited at most that long when the context has no deadline.
+//
+// Attempts: only the broker's count and this transport's retry path drive
+// Facts.Attempt. x-delivery-count is read on a quorum queue's redelivery
+// only; x-ferry-prior-attempts only from a message the broker
+// dead-lettered back from one of the queue's retry queues (through the
+// default exchange, the newest x-death entry naming the retry queue).
+// Publish refuses both headers with [transport.ErrInvalidMessage], and a
+// message whose properties and headers would exceed the connection's
+// frame_max.
 //
 // Closing a stream (or giving a shard up) closes its channel 250 ms after
 // the last settle: RabbitMQ 3.10 quorum queues can drop acks sent just

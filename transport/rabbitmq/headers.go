@@ -255,11 +255,25 @@ func checkMessage(m *handler.Message, rk string) error {
 			return fmt.Errorf("%w: header %q is where the consumer reads an ID without message_id; set Message.ID instead", transport.ErrInvalidMessage, k)
 		case k == transport.HeaderKey:
 			return fmt.Errorf("%w: header %q is where Message.Key travels; set Key instead", transport.ErrInvalidMessage, k)
+		case isAttemptHeader(k):
+			return fmt.Errorf("%w: header %q is the broker's or this transport's own attempt record: a consumer never returns it, and only the broker's count drives the retry budget", transport.ErrInvalidMessage, k)
 		case len(v) > maxShortstr && isTextProperty(k):
 			return fmt.Errorf("%w: header %q is the AMQP property of that name, which holds at most %d bytes (%d given)", transport.ErrInvalidMessage, k, maxShortstr, len(v))
 		}
 	}
 	return nil
+}
+
+// isAttemptHeader reports whether k is a header the broker or this
+// transport's retry path sets to count attempts or route retries. Publish
+// refuses them: a consumer drops them from Message.Headers, and a
+// publisher must never drive another subscriber's retry budget.
+func isAttemptHeader(k string) bool {
+	switch k {
+	case "x-delivery-count", hdrPrior, hdrTopic, hdrQueue:
+		return true
+	}
+	return false
 }
 
 // isTextProperty reports whether header k sets an AMQP text property.
@@ -320,15 +334,57 @@ func fromDelivery(m *handler.Message, d *amqp.Delivery, topic string) {
 	}
 }
 
-// attemptOf is the 1-based attempt of d: the attempts made before its last
-// trip through a retry queue, plus the queue's x-delivery-count, plus one.
-// On a classic queue, which has no delivery count, the redelivered flag
-// makes it at least 2.
-func attemptOf(d *amqp.Delivery) int {
-	prior, _ := headerInt(d.Headers[hdrPrior])
-	count, ok := headerInt(d.Headers["x-delivery-count"])
-	if !ok && d.Redelivered {
+// attemptOf is the 1-based attempt of d, delivered from queue (of type
+// queueType): the attempts made before its last trip through a retry
+// queue, plus the broker's delivery count, plus one.
+//
+// Only what a publisher cannot set counts. The delivery count is read
+// from x-delivery-count only on a quorum queue and only on a redelivery:
+// a quorum queue writes that header itself on every delivery (RabbitMQ
+// 3.10 overwrites a publisher's value; older versions add it only from
+// the first redelivery on), and a classic queue never does, so there only
+// the redelivered flag counts (attempt 2). The prior attempts
+// (x-ferry-prior-attempts) are read only from a message that came back
+// from one of this queue's retry queues (see viaRetry); on any other
+// message the header is ignored, whoever set it.
+func attemptOf(d *amqp.Delivery, queue, queueType string) int {
+	var count int64
+	if d.Redelivered {
 		count = 1
+		if queueType == QueueQuorum {
+			if n, ok := headerInt(d.Headers["x-delivery-count"]); ok && n > 0 {
+				count = n
+			}
+		}
+	}
+	var prior int64
+	if viaRetry(d, queue) {
+		if n, ok := headerInt(d.Headers[hdrPrior]); ok && n > 0 {
+			prior = n
+		}
 	}
 	return int(prior + count + 1)
+}
+
+// viaRetry reports whether d reached queue through the path of this
+// transport's delayed Nack: the broker dead-lettered it, expired, from one
+// of queue's retry queues ("<queue>.retry.<ms>ms", the newest x-death
+// entry) through the default exchange with the queue's name as routing
+// key, which is how the retry queue is declared (declareRetry). A message
+// published to a topic's exchange, headers copied from anywhere, does not
+// qualify: its exchange is the topic's. To fake the path a publisher must
+// publish to the default exchange (RabbitMQ's "amq.default" resource),
+// which a permission without write access to it denies.
+func viaRetry(d *amqp.Delivery, queue string) bool {
+	if d.Exchange != "" || d.RoutingKey != queue {
+		return false
+	}
+	deaths, _ := d.Headers["x-death"].([]any)
+	if len(deaths) == 0 {
+		return false
+	}
+	newest, _ := deaths[0].(amqp.Table)
+	q, _ := newest["queue"].(string)
+	reason, _ := newest["reason"].(string)
+	return reason == "expired" && strings.HasPrefix(q, queue+".retry.") && strings.HasSuffix(q, "ms")
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -26,11 +28,15 @@ func (t *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]tran
 	}
 	var out []transport.Lag
 	for _, q := range queues {
-		ch, err := t.adminChannel(ctx)
+		ch, sess, err := t.adminChannel(ctx)
 		if err != nil {
 			return out, fmt.Errorf("rabbitmq: lag %s: %w", q, err)
 		}
-		st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		var st amqp.Queue
+		err = t.conn.call(sess, "inspect queue "+q, func() (err error) {
+			st, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			return err
+		})
 		_ = ch.Close()
 		if err != nil {
 			return out, fmt.Errorf("rabbitmq: lag %s: %w", q, err)

@@ -18,6 +18,8 @@ const (
 	DefaultPrefetch      = 256         // see [Prefetch]
 	DefaultMaxPayload    = 128 << 20   // RabbitMQ's default max_message_size
 	DefaultHeartbeat     = 10 * time.Second
+	DefaultTimeout       = 30 * time.Second // see [Timeout]
+	DefaultPublishWindow = 1024             // see [PublishWindow]
 )
 
 // maxShards bounds [Shards] so that a typo cannot declare thousands of
@@ -65,6 +67,9 @@ type config struct {
 	publishChannels int
 	logger          *slog.Logger
 	maxPayload      int
+	timeout         time.Duration
+	plaintextAuth   bool
+	publishWindow   int
 	err             error
 }
 
@@ -80,6 +85,8 @@ func defaultConfig() config {
 		publishChannels: 1,
 		logger:          slog.Default(),
 		maxPayload:      DefaultMaxPayload,
+		timeout:         DefaultTimeout,
+		publishWindow:   DefaultPublishWindow,
 	}
 }
 
@@ -104,11 +111,13 @@ func (c *config) check() {
 	}
 }
 
-// TLS sets the TLS configuration for amqps:// connections, for client
-// certificates or a private CA. Without it an amqps URL uses the system's
-// roots with the URL's host as ServerName. The URL query key
-// "insecure_skip_verify=true" sets a configuration that skips verification
-// (test brokers only).
+// TLS sets the TLS configuration, for client certificates or a private
+// CA. Without it an amqps URL uses the system's roots with the URL's host
+// as ServerName. Given with an amqp:// URL it connects with TLS all the
+// same, as amqps:// does (the default port is then amqps's, 5671). The URL
+// keys tls_ca, tls_cert and tls_key build one from PEM files, and
+// tls_insecure=true (or insecure_skip_verify=true) one that skips
+// verification (test brokers only; refused without TLS).
 func TLS(cfg *tls.Config) Option {
 	return optionFunc(func(c *config) {
 		if cfg == nil {
@@ -131,6 +140,52 @@ func Heartbeat(d time.Duration) Option {
 		}
 		c.heartbeat = d
 	})
+}
+
+// Timeout bounds each network call, overriding the default of 30s: the
+// TCP dial and the TLS and AMQP handshakes of a connection, and every
+// synchronous AMQP call on it (opening a channel, confirm mode, declaring
+// and binding exchanges and queues, qos, consume, basic.get, inspecting a
+// queue). A call not answered in time closes the connection (the next call
+// dials again, as after any loss) and fails with an error wrapping
+// context.DeadlineExceeded that names the step and the host. A Publish
+// whose context has no deadline waits at most this long for its confirm
+// ([transport.ErrUnknownOutcome] after it). d must be at least 1ms. URL
+// key timeout (a Go duration).
+func Timeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < time.Millisecond {
+			c.fail("Timeout(%s): want 1ms or more", d)
+			return
+		}
+		c.timeout = d
+	})
+}
+
+// PublishWindow sets how many messages [Transport.PublishAsync] (and so
+// PublishBatch) keeps written and not yet confirmed, overriding the default
+// of 1024: while that many await their confirms, PublishAsync waits for
+// room (backpressure). n must be 1 to 65536. URL key publish_window.
+func PublishWindow(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 || n > 1<<16 {
+			c.fail("PublishWindow(%d): want 1 to 65536", n)
+			return
+		}
+		c.publishWindow = n
+	})
+}
+
+// AllowPlaintextAuth(true) lets a Transport send a user name and password
+// over a connection without TLS (amqp:// with no [TLS] option), where
+// anyone on the path can read them: AMQP's PLAIN mechanism sends them as
+// they are. Without it, New refuses such a URL with
+// [transport.ErrInvalidOption], except for RabbitMQ's well-known default
+// guest:guest (also what a URL without user info sends), whose password is
+// no secret and which RabbitMQ accepts from loopback only. Use it only on a
+// loopback or otherwise trusted network. URL key allow_plaintext_auth=true.
+func AllowPlaintextAuth(allow bool) Option {
+	return optionFunc(func(c *config) { c.plaintextAuth = allow })
 }
 
 // QueueType sets the type of the queues Subscribe declares: [QueueQuorum]

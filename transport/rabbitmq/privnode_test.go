@@ -31,6 +31,8 @@ type privateNode struct {
 	name string
 	port int
 	dist int
+	user string // the node's default user and password (guest:guest unless the config says otherwise)
+	pass string
 	env  []string
 	cmd  *exec.Cmd
 	exit chan error
@@ -39,6 +41,14 @@ type privateNode struct {
 // startPrivateNode starts a node, or skips (fails under
 // FERRY_REQUIRE_BROKERS=1) when RabbitMQ is not installed here.
 func startPrivateNode(tb testing.TB) *privateNode {
+	tb.Helper()
+	return startPrivateNodeWith(tb, nil)
+}
+
+// startPrivateNodeWith starts a node whose rabbitmq.conf ends with what
+// extra returns; extra gets the node's directory (for certificate files)
+// and the node, to set its user and password when the config changes them.
+func startPrivateNodeWith(tb testing.TB, extra func(dir string, n *privateNode) string) *privateNode {
 	tb.Helper()
 	if _, err := os.Stat(rabbitServer); err != nil {
 		if os.Getenv(transporttest.RequireBrokersEnv) == "1" {
@@ -51,9 +61,12 @@ func startPrivateNode(tb testing.TB) *privateNode {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
-	n := &privateNode{tb: tb, dir: dir, port: freePort(tb), dist: freePort(tb)}
+	n := &privateNode{tb: tb, dir: dir, port: freePort(tb), dist: freePort(tb), user: "guest", pass: "guest"}
 	n.name = fmt.Sprintf("ferry%d@localhost", n.port)
 	conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\n", n.port)
+	if extra != nil {
+		conf += extra(dir, n)
+	}
 	must(tb, os.WriteFile(filepath.Join(dir, "rabbitmq.conf"), []byte(conf), 0o600))
 	must(tb, os.WriteFile(filepath.Join(dir, "enabled_plugins"), []byte("[].\n"), 0o600))
 	must(tb, os.WriteFile(filepath.Join(dir, "rabbitmq-env.conf"), nil, 0o600))
@@ -97,7 +110,7 @@ func freePort(tb testing.TB) int {
 
 // URL is the node's AMQP URL.
 func (n *privateNode) URL() string {
-	return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.port)
+	return fmt.Sprintf("amqp://%s:%s@127.0.0.1:%d/", n.user, n.pass, n.port)
 }
 
 func (n *privateNode) start() {

@@ -107,8 +107,9 @@ type publisher struct {
 
 	declared sync.Map // topic -> generation of the session it was declared on
 
+	async    *asyncWindow
 	closed   atomic.Bool
-	inflight atomic.Int64 // publishes between prepare and the end of await
+	inflight atomic.Int64 // publishes between prepare and the end of await, or of PublishAsync's callback
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -117,6 +118,7 @@ func newPublisher(t *Transport) *publisher {
 	n := t.cfg.publishChannels
 	p := &publisher{t: t, slots: make([]atomic.Pointer[pubChannel], n), open: make([]sync.Mutex, n),
 		stop: make(chan struct{}), done: make(chan struct{})}
+	p.async = newAsyncWindow(p, t.cfg.publishWindow)
 	go p.sweeper()
 	return p
 }
@@ -154,7 +156,7 @@ func (p *publisher) channel(ctx context.Context, i int) (*pubChannel, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ch.Confirm(false); err != nil {
+	if err := p.t.conn.call(sess, "confirm mode", func() error { return ch.Confirm(false) }); err != nil {
 		_ = ch.Close()
 		return nil, fmt.Errorf("rabbitmq: confirm mode: %w", err)
 	}
@@ -169,12 +171,15 @@ func (p *publisher) ensureExchange(sess *session, topic string) error {
 	if g, ok := p.declared.Load(topic); ok && g.(uint64) == sess.gen {
 		return nil
 	}
-	ch, err := sess.conn.Channel()
+	err := p.t.conn.call(sess, "declare exchange "+topic, func() error {
+		ch, err := sess.conn.Channel()
+		if err != nil {
+			return fmt.Errorf("rabbitmq: open channel: %w", err)
+		}
+		defer ch.Close()
+		return p.t.declareExchange(ch, topic, "")
+	})
 	if err != nil {
-		return fmt.Errorf("rabbitmq: open channel: %w", err)
-	}
-	defer ch.Close()
-	if err := p.t.declareExchange(ch, topic, ""); err != nil {
 		return err
 	}
 	p.declared.Store(topic, sess.gen)
@@ -196,6 +201,7 @@ func (p *publisher) close(ctx context.Context) {
 			_ = pc.ch.Close()
 		}
 	}
+	p.async.close()
 }
 
 // Publish sends m to the exchange named m.Topic (declared on first use, of
@@ -214,35 +220,21 @@ func (p *publisher) close(ctx context.Context) {
 // write); [transport.ErrTooLarge]; [transport.ErrInvalidMessage] for a
 // message the consumer would not get back as it was sent (an ID, Key or
 // header name over AMQP's 255-byte short strings, a ferry-id or ferry-key
-// header); [transport.ErrClosed] after Close.
+// header, an attempt header such as x-delivery-count) or that the broker
+// would not take (properties and headers over the connection's frame_max:
+// RabbitMQ would close the connection), naming the field and written
+// before anything is sent; [transport.ErrClosed] after Close.
 func (t *Transport) Publish(ctx context.Context, m *handler.Message) error {
 	return t.pub.publish(ctx, m)
 }
 
-// PublishBatch publishes msgs pipelined: all are written, in order, then
-// their confirms are awaited. It returns nil when every message was
-// confirmed, otherwise a *[transport.BatchError].
+// PublishBatch publishes msgs through [Transport.PublishAsync], in order,
+// keeping up to the publish window ([PublishWindow]) unconfirmed at once,
+// and waits for every confirm. It returns nil when every message was
+// confirmed, otherwise a *[transport.BatchError] with each message's own
+// error.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
-	t.pub.inflight.Add(1)
-	defer t.pub.inflight.Add(-1)
-	errs := make([]error, len(msgs))
-	ws := make([]pending, len(msgs))
-	failed := false
-	for i, m := range msgs {
-		ws[i], errs[i] = t.pub.prepare(ctx, m)
-	}
-	for i := range msgs {
-		if errs[i] == nil {
-			errs[i] = ws[i].await(ctx)
-		}
-		if errs[i] != nil {
-			failed = true
-		}
-	}
-	if failed {
-		return &transport.BatchError{Errs: errs}
-	}
-	return nil
+	return transport.PublishAll(ctx, t, msgs)
 }
 
 func (p *publisher) publish(ctx context.Context, m *handler.Message) error {
@@ -284,7 +276,7 @@ func (p *publisher) prepare(ctx context.Context, m *handler.Message) (pending, e
 		}
 		pub.Headers[transport.HeaderKey] = ""
 	}
-	return p.write(ctx, m.Topic, rk, pub, true)
+	return p.write(ctx, m.Topic, rk, pub, true, publishReserve)
 }
 
 // send publishes pub and waits for its confirm. With declare it first
@@ -292,7 +284,7 @@ func (p *publisher) prepare(ctx context.Context, m *handler.Message) (pending, e
 func (p *publisher) send(ctx context.Context, exchange, rk string, pub amqp.Publishing, declare bool) error {
 	p.inflight.Add(1)
 	defer p.inflight.Add(-1)
-	pending, err := p.write(ctx, exchange, rk, pub, declare)
+	pending, err := p.write(ctx, exchange, rk, pub, declare, copyReserve)
 	if err != nil {
 		return err
 	}
@@ -309,11 +301,12 @@ type pending struct {
 	id       string
 }
 
-// write publishes pub on a confirm channel. If the channel or its
+// write publishes pub on a confirm channel, if its content header frame
+// leaves reserve bytes of the connection's frame_max free. If the channel or its
 // connection turns out to be closed before anything was written, it tries
 // once more on a new channel (dialling if need be); any other failure is
 // returned, for the caller to retry.
-func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Publishing, declare bool) (pending, error) {
+func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Publishing, declare bool, reserve int) (pending, error) {
 	n := len(p.slots)
 	i := 0
 	if n > 1 {
@@ -338,6 +331,11 @@ func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Pub
 		if err := p.t.conn.waitUnblocked(ctx); err != nil {
 			return pending{}, fmt.Errorf("rabbitmq: publish %s: %w", exchange, err)
 		}
+		if err := checkFrame(&pub, pc.sess.conn.Config.FrameSize, reserve); err != nil {
+			// Nothing written: the connection and the publishes on it
+			// are untouched.
+			return pending{}, fmt.Errorf("rabbitmq: publish %s: %w", exchange, err)
+		}
 		dc, err := pc.ch.PublishWithDeferredConfirm(exchange, rk, p.t.cfg.mandatory, false, pub)
 		if err != nil {
 			if errors.Is(err, amqp.ErrClosed) {
@@ -356,14 +354,26 @@ func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Pub
 // await waits for the confirm of a written publish and turns a nack, a
 // return or a lost channel into the matching error.
 func (w pending) await(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, w.p.t.cfg.timeout,
+			fmt.Errorf("no confirm from %s%s within %s (Timeout)", w.p.t.conn.host, w.p.t.conn.via, w.p.t.cfg.timeout))
+		defer cancel()
+	}
 	select {
 	case <-w.dc.Done():
 	case <-ctx.Done():
 		if reason := w.p.t.conn.blockedReason(); reason != "" {
 			return fmt.Errorf("rabbitmq: publish %s: awaiting confirm: %w (%s): %w: %w", w.exchange, ErrBlocked, reason, transport.ErrUnknownOutcome, ctx.Err())
 		}
-		return fmt.Errorf("rabbitmq: publish %s: awaiting confirm: %w: %w", w.exchange, transport.ErrUnknownOutcome, ctx.Err())
+		return fmt.Errorf("rabbitmq: publish %s: awaiting confirm from %s: %w: %w (%v)", w.exchange, w.p.t.conn.host, transport.ErrUnknownOutcome, ctx.Err(), context.Cause(ctx))
 	}
+	return w.outcome()
+}
+
+// outcome is the result of a publish whose confirm has come (w.dc.Done()
+// is closed): a nack, a return or a lost channel as their errors.
+func (w pending) outcome() error {
 	if !w.dc.Acked() {
 		if w.pc.ch.IsClosed() {
 			return fmt.Errorf("rabbitmq: publish %s: channel closed before the confirm: %w", w.exchange, transport.ErrUnknownOutcome)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -17,8 +16,8 @@ const Scheme = "amqp"
 
 // Transport is a connection to RabbitMQ that publishes and subscribes. It
 // implements [transport.Transport], [transport.BatchPublisher],
-// [transport.Declarer], [transport.DLQNamer], [transport.DeadLetters] and
-// [transport.LagReporter]. All methods may be called concurrently.
+// [transport.Declarer], [transport.DLQNamer], [transport.DeadLetters],
+// [transport.LagReporter] and [transport.AsyncPublisher]. All methods may be called concurrently.
 //
 // It keeps one AMQP connection; publishing uses confirm-mode channels on
 // it, and each stream its own channel. After a connection loss the next
@@ -53,13 +52,17 @@ var (
 //   - [Ordered]: a single active consumer per group (default true)
 //   - [Shards]: key-hashed queues per group (default 1)
 //   - [QueueType], [DeliveryLimit], [Prefetch], [ExchangeKind]: queues
-//   - [Mandatory], [PublishChannels]: publishing
-//   - [Heartbeat]: the connection
+//   - [Mandatory], [PublishChannels], [PublishWindow]: publishing
+//   - [Heartbeat], [Timeout], [AllowPlaintextAuth], [TLS] (and the URL keys
+//     tls_ca, tls_cert, tls_key, tls_insecure): the connection
 //
 // An invalid URL or option returns an error wrapping
 // [transport.ErrInvalidOption] that names it; nothing is reported later.
-// New dials once before returning, bounded by ctx, so that a wrong address
-// or credentials fail here. Errors and log lines never contain the
+// New dials once before returning, bounded by ctx and [Timeout], so that a
+// wrong address or credentials fail here: refused credentials wrap
+// [ErrAuth], and a user name and password over amqp:// without TLS are
+// refused before dialling unless allow_plaintext_auth=true (guest:guest
+// excepted). Errors and log lines never contain the
 // password.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
 	cfg, ep, err := parse(rawURL, opts)
@@ -73,16 +76,15 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 		Locale:          "en_US",
 		Properties:      amqp.Table{"connection_name": "ferry"},
 	}
-	if ep.uri.Scheme == "amqps" && acf.TLSClientConfig == nil {
+	if ep.tls && acf.TLSClientConfig == nil {
 		acf.TLSClientConfig = newTLSConfig(ep.uri.Host)
 	} else if acf.TLSClientConfig != nil && acf.TLSClientConfig.ServerName == "" {
 		c := acf.TLSClientConfig.Clone()
 		c.ServerName = ep.uri.Host
 		acf.TLSClientConfig = c
 	}
-	acf.Dial = amqp.DefaultDial(30 * time.Second)
 	t := &Transport{cfg: cfg, ep: ep, streams: make(map[*stream]struct{})}
-	t.conn = newConnector(ep.dial, acf, cfg.logger)
+	t.conn = newConnector(ep, cfg.timeout, acf, cfg.logger)
 	if _, err := t.conn.get(ctx); err != nil {
 		_ = t.conn.close(context.Background())
 		return nil, err

@@ -122,6 +122,12 @@ func (b *balancer) tick(ctx context.Context) error {
 		}
 		return errNoConnection
 	}
+	return s.t.conn.call(sess, "balance the shards of "+s.o.queue, func() error { return b.tickOn(sess) })
+}
+
+// tickOn is tick's work on sess, under one guard.
+func (b *balancer) tickOn(sess *session) error {
+	s := b.s
 	if b.gen != sess.gen || b.admin == nil || b.admin.IsClosed() || b.presence == nil || b.presence.IsClosed() {
 		b.closeAll()
 		if err := b.join(sess); err != nil {

@@ -55,12 +55,12 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 		return s, nil
 	}
 	close(s.ended)
-	ch, _, err := t.conn.channel(ctx)
+	ch, sess, err := t.conn.channel(ctx)
 	if err != nil {
 		t.forget(s)
 		return nil, fmt.Errorf("rabbitmq: subscribe %s: %w", o.queue, err)
 	}
-	if err := s.setup(ch); err != nil {
+	if err := s.setupOn(sess, ch); err != nil {
 		_ = ch.Close()
 		t.forget(s)
 		return nil, fmt.Errorf("rabbitmq: subscribe %s: %w", o.queue, err)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -28,7 +30,10 @@ const (
 	keyOrdered         = "ordered"              // Ordered
 	keyShards          = "shards"               // Shards
 	keyPublishChannels = "publish_channels"     // PublishChannels
-	keyInsecure        = "insecure_skip_verify" // TLS with InsecureSkipVerify
+	keyInsecure        = "insecure_skip_verify" // tls_insecure's older spelling, still read
+	keyTimeout         = "timeout"              // Timeout
+	keyPlaintextAuth   = "allow_plaintext_auth" // AllowPlaintextAuth
+	keyPublishWindow   = "publish_window"       // PublishWindow
 )
 
 // opener opens amqp:// and amqps:// URLs for [transport.Open] with [New].
@@ -44,6 +49,8 @@ type endpoint struct {
 	dial string // scheme://user:password@host:port/vhost: never printed
 	uri  amqp.URI
 	safe string // transport.Redact of the URL, for errors and logs
+	host string // host:port, for errors and logs
+	tls  bool   // the connection uses TLS
 }
 
 // parse reads rawURL's settings into a config, then applies opts: the one
@@ -60,6 +67,9 @@ func parse(rawURL string, opts []Option) (config, endpoint, error) {
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "amqp" && scheme != "amqps" {
 		return cfg, ep, fmt.Errorf("%w: rabbitmq: scheme %q is not amqp or amqps", transport.ErrInvalidOption, u.Scheme)
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return cfg, ep, fmt.Errorf("%w: rabbitmq: the URL names no host: want %s://user:password@host:port/vhost", transport.ErrInvalidOption, scheme)
 	}
 	q := transport.ParseQuery("rabbitmq", u.RawQuery)
 	if v, ok := q.String(keyQueueType); ok {
@@ -89,14 +99,42 @@ func parse(rawURL string, opts []Option) (config, endpoint, error) {
 	if n, ok := q.Int(keyPublishChannels); ok {
 		PublishChannels(n).apply(&cfg)
 	}
-	if b, ok := q.Bool(keyInsecure); ok && b {
-		if scheme != "amqps" {
-			q.Fail(keyInsecure, "applies to amqps:// only")
+	if n, ok := q.Int(keyPublishWindow); ok {
+		PublishWindow(n).apply(&cfg)
+	}
+	if d, ok := q.Duration(keyTimeout); ok {
+		Timeout(d).apply(&cfg)
+	}
+	if b, ok := q.Bool(keyPlaintextAuth); ok {
+		AllowPlaintextAuth(b).apply(&cfg)
+	}
+	files := q.TLSFiles() // tls_ca, tls_cert and tls_key, as on every transport
+	insecure := false
+	for _, k := range []string{transport.KeyTLSInsecure, keyInsecure} {
+		if b, ok := q.Bool(k); ok && b {
+			if scheme != "amqps" && !files.Any() {
+				q.Fail(k, "applies to TLS only (amqps://, or tls_ca, tls_cert and tls_key)")
+			}
+			insecure = true
 		}
-		TLS(&tls.Config{InsecureSkipVerify: true}).apply(&cfg) //nolint:gosec // explicit opt-in for test brokers
 	}
 	if err := q.Err(); err != nil {
 		return cfg, ep, err
+	}
+	if files.Any() {
+		tc, err := files.Config()
+		if err != nil {
+			return cfg, ep, fmt.Errorf("rabbitmq: %w", err)
+		}
+		TLS(tc).apply(&cfg)
+	}
+	if insecure {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.tls != nil {
+			tc = cfg.tls.Clone()
+		}
+		tc.InsecureSkipVerify = true // explicit opt-in for test brokers
+		TLS(tc).apply(&cfg)
 	}
 	if cfg.err != nil {
 		return cfg, ep, cfg.err
@@ -112,6 +150,10 @@ func parse(rawURL string, opts []Option) (config, endpoint, error) {
 		return cfg, ep, cfg.err
 	}
 	d := *u
+	if cfg.tls != nil {
+		// A TLS configuration means TLS, whatever the scheme said.
+		scheme = "amqps"
+	}
 	d.Scheme, d.RawQuery, d.ForceQuery, d.Fragment, d.RawFragment = scheme, "", false, "", ""
 	ep.dial = d.String()
 	ep.safe = transport.Redact(&d)
@@ -119,8 +161,19 @@ func parse(rawURL string, opts []Option) (config, endpoint, error) {
 	if err != nil {
 		return cfg, ep, fmt.Errorf("%w: rabbitmq: bad URL %s: %s", transport.ErrInvalidOption, ep.safe, safeURIError(err))
 	}
+	ep.host = net.JoinHostPort(ep.uri.Host, strconv.Itoa(ep.uri.Port))
+	ep.tls = scheme == "amqps"
+	if !ep.tls && !cfg.plaintextAuth && !(ep.uri.Username == defaultUser && ep.uri.Password == defaultUser) {
+		return cfg, ep, fmt.Errorf("%w: rabbitmq: URL %s: credentials over a connection without TLS would cross the network in clear: use amqps:// (or the TLS option), or set %s=true (AllowPlaintextAuth) for a broker on this host or a trusted network",
+			transport.ErrInvalidOption, ep.safe, keyPlaintextAuth)
+	}
 	return cfg, ep, nil
 }
+
+// defaultUser is RabbitMQ's default user name and password, which
+// amqp091-go also sends for a URL without user info. Its password is no
+// secret, and RabbitMQ accepts the user from loopback only.
+const defaultUser = "guest"
 
 // safeURIError keeps ParseURI's message but never the URL itself.
 func safeURIError(err error) string {
