@@ -206,8 +206,12 @@ func newCases() []leakCase {
 			log := rabbitmq.WithLogger(lg)
 			_, e1 := rabbitmq.New(ctx, "amqp://"+user+":"+pass+"@127.0.0.1:5672/?token="+token, log)
 			_, e2 := rabbitmq.New(ctx, "amqp://"+user+":"+pass+"@127.0.0.1:5672/?heartbeat="+value, log)
-			_, e3 := rabbitmq.New(ctx, "amqp://"+user+":"+pass+"@127.0.0.1:5672/", log) // wrong credentials
-			_, e4 := rabbitmq.New(ctx, "amqp://"+user+":"+pass+"@"+refused(t)+"/", log)
+			// With allow_plaintext_auth, so that the broker's refusal (e3)
+			// and the refused dial (e4) are reached: without it New
+			// refuses the URL first.
+			_, e3 := rabbitmq.New(ctx, "amqp://"+user+":"+pass+"@127.0.0.1:5672/?allow_plaintext_auth=true", log) // wrong credentials
+			requireAuth(t, "rabbitmq", e3)
+			_, e4 := rabbitmq.New(ctx, "amqp://"+user+":"+pass+"@"+refused(t)+"/?allow_plaintext_auth=true", log)
 			_, e5 := transport.Open(ctx, "amqps://"+user+":"+pass+"@"+refused(t)+"/?token="+token)
 			tr, err := rabbitmq.New(ctx, "amqp://guest:guest@127.0.0.1:5672/", log)
 			if err != nil {

@@ -40,7 +40,7 @@ var ErrNacked = errors.New("rabbitmq: message nacked by the broker")
 // the broker refuses the connection's credentials (ACCESS_REFUSED at
 // login) or its virtual host. The error names the host, never the user
 // or the password.
-var ErrAuth = errors.New("rabbitmq: authentication refused")
+var ErrAuth = fmt.Errorf("rabbitmq: authentication refused: %w", transport.ErrAuth)
 
 // session is one live AMQP connection with its generation number.
 type session struct {

@@ -26,7 +26,7 @@ func TestSilentListenerDial(t *testing.T) {
 	for _, scheme := range []string{"amqp", "amqps"} {
 		t.Run(scheme, func(t *testing.T) {
 			start := time.Now()
-			_, err := rabbitmq.New(context.Background(), scheme+"://guest:guest@"+addr+"/?timeout=300ms&insecure_skip_verify="+boolStr(scheme == "amqps"))
+			_, err := rabbitmq.New(context.Background(), scheme+"://guest:guest@"+addr+"/?timeout=300ms&tls_insecure="+boolStr(scheme == "amqps"))
 			took := time.Since(start)
 			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connect to "+addr) {
 				t.Fatalf("New = %v; want DeadlineExceeded naming \"connect to %s\"", err, addr)

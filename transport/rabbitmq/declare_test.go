@@ -117,7 +117,7 @@ func TestURLOptions(t *testing.T) {
 		{base + "?shards=0", nil, "Shards"},
 		{base + "?shards=2&ordered=false", nil, "ordered=false"},
 		{base + "?ordered=maybe", nil, "ordered"},
-		{base + "?insecure_skip_verify=true", nil, "amqps"},
+		{base + "?tls_insecure=true", nil, "amqps"},
 		{base + "?reconnect_max=5s", nil, "reconnect_max"},
 		{"http://guest:" + pw + "@127.0.0.1:5672/", nil, "scheme"},
 		{"amqp://guest:" + pw + "@127.0.0.1:port/", nil, "URL"},

@@ -39,8 +39,7 @@
 // ([Heartbeat]), timeout ([Timeout]), allow_plaintext_auth
 // ([AllowPlaintextAuth]), the TLS keys of every transport, tls_ca, tls_cert
 // and tls_key (PEM files, read by [transport.TLSFiles]; on amqp:// they
-// mean TLS too), and tls_insecure (test brokers only; insecure_skip_verify
-// is its older spelling, still read). Options given to New apply after the URL's. A user name and
+// mean TLS too), and tls_insecure (test brokers only). Options given to New apply after the URL's. A user name and
 // password over amqp:// without TLS are refused unless
 // allow_plaintext_auth=true, except RabbitMQ's public default guest:guest
 // (also what a URL without user info sends); a [TLS] option makes an

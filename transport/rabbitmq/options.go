@@ -116,7 +116,7 @@ func (c *config) check() {
 // as ServerName. Given with an amqp:// URL it connects with TLS all the
 // same, as amqps:// does (the default port is then amqps's, 5671). The URL
 // keys tls_ca, tls_cert and tls_key build one from PEM files, and
-// tls_insecure=true (or insecure_skip_verify=true) one that skips
+// tls_insecure=true one that skips
 // verification (test brokers only; refused without TLS).
 func TLS(cfg *tls.Config) Option {
 	return optionFunc(func(c *config) {

@@ -22,8 +22,7 @@ const tlsSecret = "tls-s3cret-pw"
 // TLS listener whose certificate a generated CA signed, and a user
 // "ferry" with a password (no guest): the right CA (the TLS option, or the
 // URL key tls_ca, on amqps:// and on amqp://) connects, publishes and
-// consumes over TLS; another CA fails the handshake; tls_insecure (and
-// its older spelling insecure_skip_verify) connects without a CA; wrong credentials over TLS give an error wrapping
+// consumes over TLS; another CA fails the handshake; tls_insecure connects without a CA; wrong credentials over TLS give an error wrapping
 // ErrAuth; amqp:// with the TLS option connects with TLS; and plaintext
 // with the password is refused without allow_plaintext_auth. No error
 // names the password.
@@ -89,8 +88,8 @@ func TestTLS(t *testing.T) {
 		}
 		noSecret(t, err)
 	})
-	t.Run("insecure_skip_verify", func(t *testing.T) {
-		tr, err := rabbitmq.New(ctx, tlsURL+"&insecure_skip_verify=true")
+	t.Run("tls_insecure", func(t *testing.T) {
+		tr, err := rabbitmq.New(ctx, tlsURL+"&tls_insecure=true")
 		if err != nil {
 			t.Fatal(err)
 		}

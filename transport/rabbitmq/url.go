@@ -30,7 +30,6 @@ const (
 	keyOrdered         = "ordered"              // Ordered
 	keyShards          = "shards"               // Shards
 	keyPublishChannels = "publish_channels"     // PublishChannels
-	keyInsecure        = "insecure_skip_verify" // tls_insecure's older spelling, still read
 	keyTimeout         = "timeout"              // Timeout
 	keyPlaintextAuth   = "allow_plaintext_auth" // AllowPlaintextAuth
 	keyPublishWindow   = "publish_window"       // PublishWindow
@@ -110,13 +109,11 @@ func parse(rawURL string, opts []Option) (config, endpoint, error) {
 	}
 	files := q.TLSFiles() // tls_ca, tls_cert and tls_key, as on every transport
 	insecure := false
-	for _, k := range []string{transport.KeyTLSInsecure, keyInsecure} {
-		if b, ok := q.Bool(k); ok && b {
-			if scheme != "amqps" && !files.Any() {
-				q.Fail(k, "applies to TLS only (amqps://, or tls_ca, tls_cert and tls_key)")
-			}
-			insecure = true
+	if b, ok := q.Bool(transport.KeyTLSInsecure); ok && b {
+		if scheme != "amqps" && !files.Any() {
+			q.Fail(transport.KeyTLSInsecure, "applies to TLS only (amqps://, or tls_ca, tls_cert and tls_key)")
 		}
+		insecure = true
 	}
 	if err := q.Err(); err != nil {
 		return cfg, ep, err
