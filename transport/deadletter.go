@@ -3,7 +3,9 @@ package transport
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferrymq/ferry/handler"
 )
@@ -58,6 +60,12 @@ var DeadLetterHeaders = []string{
 // maxStack bounds the panic stack written into the error text.
 const maxStack = 4 << 10
 
+// maxErrorText bounds the error text of a dead letter, stack included: an
+// error message is the handler's to write, and one of any length would
+// make the dead letter itself too large for the broker's header limits
+// (RabbitMQ's frame, SQS's attributes), so that it could never be written.
+const maxErrorText = 8 << 10
+
 // DeadLetter is the failure record a dead letter carries in its headers,
 // next to the original message's ID, Key, Payload and Headers, which stay
 // byte for byte. It is the one shape of a dead letter: the dead-letter
@@ -91,6 +99,7 @@ func NewDeadLetter(m *handler.Message, err error, now time.Time) DeadLetter {
 		if errors.As(err, &pe) && len(pe.Stack) > 0 {
 			text += "\n\n" + string(pe.Stack[:min(len(pe.Stack), maxStack)])
 		}
+		text = errorText(text)
 	}
 	return DeadLetter{
 		Error:         text,
@@ -105,6 +114,23 @@ func NewDeadLetter(m *handler.Message, err error, now time.Time) DeadLetter {
 		FirstFailure:  now,
 		LastFailure:   now,
 	}
+}
+
+// errorText makes text fit a header on every broker: valid UTF-8 (an
+// invalid byte becomes U+FFFD: the text describes the failure, it
+// identifies nothing) and at most maxErrorText bytes, cut at a rune
+// boundary with a marker saying so.
+func errorText(text string) string {
+	text = strings.ToValidUTF8(text, "\uFFFD")
+	if len(text) <= maxErrorText {
+		return text
+	}
+	const more = " … (error text truncated)"
+	cut := maxErrorText - len(more)
+	for cut > 0 && !utf8.RuneStart(text[cut]) {
+		cut--
+	}
+	return text[:cut] + more
 }
 
 // Message returns the dead letter of m: a copy sharing nothing with m,

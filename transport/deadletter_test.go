@@ -1,9 +1,11 @@
 package transport_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
@@ -69,3 +71,22 @@ func TestDLQName(t *testing.T) {
 type fifoNamer struct{}
 
 func (fifoNamer) DLQName(sub transport.Subscription) string { return sub.Group + "-dlq.fifo" }
+
+// TestDeadLetterErrorTextBounded: a handler's error of any length or bytes
+// becomes an error text every broker can carry in a header: valid UTF-8,
+// at most 8 KiB, cut on a rune boundary and marked (a 200 KB error made
+// the RabbitMQ dead letter exceed the frame, so it could never be written).
+func TestDeadLetterErrorTextBounded(t *testing.T) {
+	m := &handler.Message{ID: "m", Topic: "t"}
+	long := strings.Repeat("é", 100_000) // 200 KB, two bytes a rune
+	d := transport.NewDeadLetter(m, errors.New("bad \xff "+long), time.Now())
+	if len(d.Error) > 8<<10 || !utf8.ValidString(d.Error) {
+		t.Fatalf("error text of %d bytes, valid UTF-8 %v: want at most 8 KiB and valid", len(d.Error), utf8.ValidString(d.Error))
+	}
+	if !strings.HasPrefix(d.Error, "bad \uFFFD é") || !strings.HasSuffix(d.Error, "(error text truncated)") {
+		t.Fatalf("error text %q…%q: want the start kept and the cut marked", d.Error[:20], d.Error[len(d.Error)-30:])
+	}
+	if short := transport.NewDeadLetter(m, errors.New("stock service down"), time.Now()); short.Error != "stock service down" {
+		t.Fatalf("a short error became %q", short.Error)
+	}
+}
