@@ -1,0 +1,19 @@
+// Package chaos is Ferry's chaos suite: its tests run the recommended
+// stack (middleware.Recommended with the PostgreSQL inbox and parking lot)
+// in consumer processes of their own, against every transport's broker,
+// kill those processes with SIGKILL at random points while keyed events
+// flow, restart them, restart the broker itself where a private instance
+// can be started, add and remove group members under load, and count at
+// the end what the stack must never do: lose an event, apply one twice, or
+// apply a key's events out of order.
+//
+// The package has no code of its own beyond this doc: everything is in its
+// tests. A consumer process is the test binary itself, run again with
+// FERRY_CHAOS_ROLE=consumer (see consumer_test.go): the same code path as a
+// separate program, without linking a second binary on every run.
+//
+// `go test ./internal/chaos/` runs the short version (a few thousand events
+// and one kill per transport, plus the runs that show the suite can fail);
+// FERRY_CHAOS=full runs the long one, whose figures docs/reliability.md
+// publishes (section "Chaos").
+package chaos
