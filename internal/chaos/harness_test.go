@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/ferrymq/ferry/internal/testenv"
 )
 
@@ -154,9 +153,9 @@ type result struct {
 	Duplicates      int     `json:"duplicates"`
 	OrderViolations int     `json:"order_violations"`
 	Parked          int     `json:"parked"`
-	DrainSeconds    float64 `json:"drain_s"`   // last publish to last first effect
-	TotalSeconds    float64 `json:"total_s"`   // first publish to last first effect
-	Loaded          string  `json:"load"`      // the machine's load average at the end
+	DrainSeconds    float64 `json:"drain_s"` // last publish to last first effect
+	TotalSeconds    float64 `json:"total_s"` // first publish to last first effect
+	Loaded          string  `json:"load"`    // the machine's load average at the end
 
 	lastEffect time.Time
 }
@@ -268,6 +267,7 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 	deadline := time.Now().Add(sc.drain + 10*time.Minute)
 	var pubErr error
 	pubFinished := false
+	lastLog := time.Now()
 	for len(acts) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("faults not all taken: %d left; applied %d of %d", len(acts), applied(), res.Events)
@@ -280,7 +280,11 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 			}
 		case <-time.After(100 * time.Millisecond):
 		}
-		if applied() < int(acts[0].at*float64(res.Events)) {
+		if k := applied(); k < int(acts[0].at*float64(res.Events)) {
+			if time.Since(lastLog) > 10*time.Second {
+				t.Logf("%d of %d applied after %v", k, res.Events, time.Since(start).Round(time.Second))
+				lastLog = time.Now()
+			}
 			continue
 		}
 		a := acts[0]
@@ -317,7 +321,7 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 			}
 			res.Leaves++
 		}
-		t.Logf("%s at %d applied (%d published)", a.kind, applied(), published.Load())
+		t.Logf("%s at %d applied (%d published) after %v", a.kind, applied(), published.Load(), time.Since(start).Round(time.Millisecond))
 	}
 	if !pubFinished {
 		if pubErr = <-pubDone; pubErr != nil {
@@ -329,10 +333,15 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 	// Drain: wait for every event's effect.
 	drainEnd := time.Now().Add(sc.drain)
 	var last int
+	lastLog = time.Now()
 	for {
 		last = applied()
 		if last >= res.Events || time.Now().After(drainEnd) {
 			break
+		}
+		if time.Since(lastLog) > 10*time.Second {
+			t.Logf("draining: %d of %d applied after %v", last, res.Events, time.Since(start).Round(time.Second))
+			lastLog = time.Now()
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -346,6 +355,16 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 	res.DrainSeconds = max(0, res.lastEffect.Sub(time.Unix(0, pubEnd.Load())).Seconds())
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		res.Loaded = strings.Join(strings.Fields(string(la))[:3], " ")
+	}
+	if res.DrainSeconds > 30 && !t.Failed() {
+		// Slow, not wrong: say where the time went.
+		mu.Lock()
+		for _, p := range procs {
+			if tail := strings.TrimSpace(p.tail()); tail != "" {
+				t.Logf("consumer %d log (end):\n%s", p.n, tail)
+			}
+		}
+		mu.Unlock()
 	}
 	record(t, res)
 	return res
