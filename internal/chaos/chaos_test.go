@@ -57,7 +57,7 @@ func TestChaos(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if !full() {
 				check(t, runScenario(t, tc.shared(t), scenario{
-					name: "kill", keys: 50, perKey: 40, consumers: 1, dedupe: true, ordered: true,
+					name: "kill", keys: 50, perKey: 40, consumers: 1, dedupe: true, ordered: true, rate: 1000,
 					actions: []action{{at: points(rng, 1, 0.2, 0.6)[0], kind: "kill"}}, drain: 90 * time.Second,
 				}))
 				return
@@ -68,7 +68,7 @@ func TestChaos(t *testing.T) {
 					acts = append(acts, action{at: at, kind: "kill"})
 				}
 				check(t, runScenario(t, tc.shared(t), scenario{name: "kill", keys: 200, perKey: 100, consumers: 1,
-					dedupe: true, ordered: true, actions: acts, drain: 5 * time.Minute}))
+					dedupe: true, ordered: true, rate: 400, actions: acts, drain: 5 * time.Minute}))
 			})
 			t.Run("broker-restart", func(t *testing.T) {
 				if tc.private == nil {
@@ -79,7 +79,7 @@ func TestChaos(t *testing.T) {
 					{at: points(rng, 1, 0.55, 0.85)[0], kind: "kill"},
 				}
 				check(t, runScenario(t, tc.private(t), scenario{name: "broker-restart", keys: 200, perKey: 100, consumers: 1,
-					dedupe: true, ordered: true, actions: acts, drain: 5 * time.Minute}))
+					dedupe: true, ordered: true, rate: 400, actions: acts, drain: 5 * time.Minute}))
 			})
 			t.Run("rebalance", func(t *testing.T) {
 				if tc.noRebalance != "" {
@@ -88,7 +88,7 @@ func TestChaos(t *testing.T) {
 				acts := []action{{at: 0.15, kind: "join"}, {at: 0.3, kind: "kill"}, {at: 0.45, kind: "leave"},
 					{at: 0.6, kind: "join"}, {at: 0.75, kind: "leave"}, {at: 0.85, kind: "kill"}}
 				check(t, runScenario(t, tc.shared(t), scenario{name: "rebalance", keys: 200, perKey: 100, consumers: 2,
-					dedupe: true, ordered: true, actions: acts, drain: 5 * time.Minute}))
+					dedupe: true, ordered: true, rate: 400, actions: acts, drain: 5 * time.Minute}))
 			})
 		})
 	}

@@ -33,9 +33,22 @@ func eventID(run string, key, seq int) string { return fmt.Sprintf("%s-k%03d-%05
 // workers take disjoint keys, and publish a key's next event only once the
 // broker confirmed the one before. A failed publish is sent again, same ID,
 // until it succeeds (the caller owns the backoff). Every 97th event is
-// published twice, as a producer that retried after a timeout would.
-func publish(pub transport.Publisher, topic, run string, keys, perKey int, published *atomic.Int64) error {
+// published twice, as a producer that retried after a timeout would. With
+// rate > 0 the events are spread at rate per second, so that the faults
+// happen while the producer is still producing.
+func publish(pub transport.Publisher, topic, run string, keys, perKey, rate int, published *atomic.Int64) error {
 	workers := min(keys, 16)
+	start := time.Now()
+	var taken atomic.Int64
+	pace := func() {
+		if rate <= 0 {
+			return
+		}
+		n := taken.Add(1)
+		if d := time.Until(start.Add(time.Duration(n) * time.Second / time.Duration(rate))); d > 0 {
+			time.Sleep(d)
+		}
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := range workers {
@@ -51,6 +64,7 @@ func publish(pub transport.Publisher, topic, run string, keys, perKey int, publi
 					if (key*perKey+seq)%97 == 0 {
 						copies = 2
 					}
+					pace()
 					for range copies {
 						if err := publishOne(pub, m); err != nil {
 							errs <- err

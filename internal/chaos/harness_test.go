@@ -135,6 +135,7 @@ type scenario struct {
 	actions   []action
 	dedupe    bool // false: the stack without Deduplicate
 	ordered   bool // false: ferry.Unordered
+	rate      int // events published per second; 0: as fast as the broker confirms
 	drain     time.Duration
 }
 
@@ -245,7 +246,7 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 	var pubEnd atomic.Int64
 	start := time.Now()
 	go func() {
-		err := publish(pub, topic, run, sc.keys, sc.perKey, &published)
+		err := publish(pub, topic, run, sc.keys, sc.perKey, sc.rate, &published)
 		pubEnd.Store(time.Now().UnixNano())
 		pubDone <- err
 	}()
