@@ -386,3 +386,118 @@ func sep(u string) string {
 	}
 	return "?"
 }
+
+// rabbitServer is RabbitMQ's start script, run directly (not Debian's
+// wrapper, which switches to the rabbitmq user and the shared node's data).
+const rabbitServer = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+
+// privateRabbit is a RabbitMQ node of the test's own: its own node name,
+// ports, data and logs, so that restarting it never touches the shared
+// node. It takes tens of seconds to start here, so only the full run
+// uses it.
+type privateRabbit struct {
+	dir  string
+	port int
+	env  []string
+	cmd  *exec.Cmd
+	exit chan struct{}
+}
+
+func rabbitPrivate(t *testing.T) *broker {
+	t.Helper()
+	if _, err := os.Stat(rabbitServer); err != nil {
+		if os.Getenv(transporttest.RequireBrokersEnv) == "1" {
+			t.Fatalf("cannot start a private RabbitMQ node: %v (%s=1)", err, transporttest.RequireBrokersEnv)
+		}
+		t.Skipf("cannot start a private RabbitMQ node: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "ferry-chaos-rabbit-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	n := &privateRabbit{dir: dir, port: freePort(t)}
+	dist := freePort(t)
+	files := map[string]string{
+		"rabbitmq.conf":     fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\n", n.port),
+		"enabled_plugins":   "[].\n",
+		"rabbitmq-env.conf": "",
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.env = append(os.Environ(),
+		"HOME="+dir,
+		fmt.Sprintf("RABBITMQ_NODENAME=ferrychaos%d@localhost", n.port),
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_PORT="+strconv.Itoa(n.port),
+		"RABBITMQ_DIST_PORT="+strconv.Itoa(dist),
+		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
+		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
+		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbitmq.conf"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(dir, "advanced.config"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
+		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(dir, "rabbitmq-env.conf"),
+		"RABBITMQ_PID_FILE="+filepath.Join(dir, "pid"),
+		"ERL_EPMD_ADDRESS=127.0.0.1",
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
+	)
+	n.start(t)
+	t.Cleanup(n.stop)
+	return &broker{name: "rabbitmq", url: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/?shards=4", n.port),
+		restart: func(t *testing.T) { n.stop(); n.start(t) }}
+}
+
+func (n *privateRabbit) start(t *testing.T) {
+	t.Helper()
+	log, err := os.OpenFile(filepath.Join(n.dir, "server.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(rabbitServer)
+	cmd.Env, cmd.Dir = n.env, n.dir
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start private RabbitMQ node: %v", err)
+	}
+	n.cmd, n.exit = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = log.Close(); close(n.exit) }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		c, err := amqp.DialConfig(fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.port), amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+		if err == nil {
+			_ = c.Close()
+			return
+		}
+		select {
+		case <-n.exit:
+			out, _ := os.ReadFile(filepath.Join(n.dir, "server.out"))
+			t.Fatalf("private RabbitMQ node exited while starting:\n%s", out)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			n.stop()
+			t.Fatalf("private RabbitMQ node not accepting connections after 2 minutes")
+		}
+	}
+}
+
+// stop shuts the node down as a service stop does (SIGTERM to its process
+// group; SIGKILL after 60s) and waits for it.
+func (n *privateRabbit) stop() {
+	if n.cmd == nil {
+		return
+	}
+	pgid := n.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-n.exit:
+	case <-time.After(60 * time.Second):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-n.exit
+	}
+	n.cmd = nil
+}

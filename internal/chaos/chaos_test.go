@@ -36,7 +36,7 @@ var transports = []struct {
 }{
 	{name: "kafka", shared: kafkaBroker},
 	{name: "redis", shared: redisShared, private: redisPrivate},
-	{name: "rabbitmq", shared: rabbitBroker},
+	{name: "rabbitmq", shared: rabbitBroker, private: rabbitPrivate},
 	{name: "mqtt", shared: mqttBroker, private: mqttBroker,
 		noRebalance: "an MQTT group is one session: a second process with its client ID takes the session over, and a shared subscription (share=true) has no order"},
 	{name: "nats", shared: natsShared, private: natsPrivate},

@@ -82,10 +82,11 @@ func publish(pub transport.Publisher, topic, run string, keys, perKey, rate int,
 	return <-errs
 }
 
-// publishOne publishes m until the broker confirms it, for at most two
-// minutes (a broker restart takes seconds).
+// publishOne publishes m until the broker confirms it, for at most five
+// minutes (a broker restart takes seconds; a RabbitMQ node's, here, up to
+// a minute).
 func publishOne(pub transport.Publisher, m *handler.Message) error {
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := pub.Publish(ctx, m)
