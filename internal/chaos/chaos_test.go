@@ -33,13 +33,17 @@ var transports = []struct {
 	// noRebalance says why members cannot join and leave one group with
 	// per-key order; empty if they can.
 	noRebalance string
+	// membership: the transport shares a group's partitions, shards or
+	// queues out among its members by a protocol of its own (a group
+	// join, leases), which the short run exercises too.
+	membership bool
 }{
-	{name: "kafka", shared: kafkaBroker},
-	{name: "redis", shared: redisShared, private: redisPrivate},
-	{name: "rabbitmq", shared: rabbitBroker, private: rabbitPrivate},
+	{name: "kafka", shared: kafkaBroker, membership: true},
+	{name: "redis", shared: redisShared, private: redisPrivate, membership: true},
+	{name: "rabbitmq", shared: rabbitBroker, private: rabbitPrivate, membership: true},
 	{name: "mqtt", shared: mqttBroker, private: mqttBroker,
 		noRebalance: "an MQTT group is one session: a second process with its client ID takes the session over, and a shared subscription (share=true) has no order"},
-	{name: "nats", shared: natsShared, private: natsPrivate},
+	{name: "nats", shared: natsShared, private: natsPrivate, membership: true},
 	{name: "sqs", shared: func(t *testing.T) *broker { return awsBroker(t, "sqs") }},
 	{name: "sns", shared: func(t *testing.T) *broker { return awsBroker(t, "sns") }},
 }
@@ -47,8 +51,10 @@ var transports = []struct {
 // TestChaos kills consumer processes at random points while keyed events
 // flow, restarts brokers and moves group members, on every transport, and
 // checks that no event is lost, none applied twice, and every key's events
-// applied in order. The default run is short (2,000 events, one kill per
-// transport); FERRY_CHAOS=full runs 20,000 events per scenario.
+// applied in order. The default run is short (2,000 events and one kill
+// per transport, and a member joining and one leaving where a group's
+// members share its partitions by a protocol of Ferry's or the broker's);
+// FERRY_CHAOS=full runs 20,000 events per scenario.
 func TestChaos(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -56,10 +62,20 @@ func TestChaos(t *testing.T) {
 	for _, tc := range transports {
 		t.Run(tc.name, func(t *testing.T) {
 			if !full() {
-				check(t, runScenario(t, tc.shared(t), scenario{
-					name: "kill", keys: 50, perKey: 40, consumers: 1, dedupe: true, ordered: true, rate: 1000,
-					actions: []action{{at: points(rng, 1, 0.2, 0.6)[0], kind: "kill"}}, drain: 90 * time.Second,
-				}))
+				t.Run("kill", func(t *testing.T) {
+					check(t, runScenario(t, tc.shared(t), scenario{
+						name: "kill", keys: 50, perKey: 40, consumers: 1, dedupe: true, ordered: true, rate: 1000,
+						actions: []action{{at: points(rng, 1, 0.2, 0.6)[0], kind: "kill"}}, drain: 90 * time.Second,
+					}))
+				})
+				if tc.membership {
+					t.Run("rebalance", func(t *testing.T) {
+						check(t, runScenario(t, tc.shared(t), scenario{
+							name: "rebalance", keys: 50, perKey: 40, consumers: 2, dedupe: true, ordered: true, rate: 500,
+							actions: []action{{at: 0.2, kind: "join"}, {at: 0.5, kind: "leave"}}, drain: 90 * time.Second,
+						}))
+					})
+				}
 				return
 			}
 			t.Run("kill", func(t *testing.T) {

@@ -135,7 +135,7 @@ type scenario struct {
 	actions   []action
 	dedupe    bool // false: the stack without Deduplicate
 	ordered   bool // false: ferry.Unordered
-	rate      int // events published per second; 0: as fast as the broker confirms
+	rate      int  // events published per second; 0: as fast as the broker confirms
 	drain     time.Duration
 }
 
