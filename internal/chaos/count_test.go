@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -104,7 +105,9 @@ func publishOne(pub transport.Publisher, m *handler.Message) error {
 // tallyEffects reads the run's effects, in the order they were written,
 // and counts: lost (an event with no effect), duplicates (effects beyond
 // the first of an event), order violations (a first effect of a key whose
-// seq is below one already applied for that key), and parked messages.
+// seq is below one already applied for that key), parked messages, and the
+// longest pause between two first effects (how long a fault stopped the
+// stream).
 func tallyEffects(t *testing.T, pool *pgxpool.Pool, run string, sc scenario, res *result) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -116,6 +119,7 @@ func tallyEffects(t *testing.T, pool *pgxpool.Pool, run string, sc scenario, res
 	defer rows.Close()
 	seen := make(map[string]bool)
 	highest := make(map[string]int)
+	var firsts []time.Time
 	for rows.Next() {
 		var (
 			key, id string
@@ -130,6 +134,7 @@ func tallyEffects(t *testing.T, pool *pgxpool.Pool, run string, sc scenario, res
 			continue
 		}
 		seen[id] = true
+		firsts = append(firsts, at)
 		if at.After(res.lastEffect) {
 			res.lastEffect = at
 		}
@@ -140,6 +145,10 @@ func tallyEffects(t *testing.T, pool *pgxpool.Pool, run string, sc scenario, res
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+	slices.SortFunc(firsts, time.Time.Compare)
+	for i := 1; i < len(firsts); i++ {
+		res.MaxGapSeconds = max(res.MaxGapSeconds, firsts[i].Sub(firsts[i-1]).Seconds())
 	}
 	for key := range sc.keys {
 		for seq := 1; seq <= sc.perKey; seq++ {

@@ -154,17 +154,18 @@ type result struct {
 	Duplicates      int     `json:"duplicates"`
 	OrderViolations int     `json:"order_violations"`
 	Parked          int     `json:"parked"`
-	DrainSeconds    float64 `json:"drain_s"` // last publish to last first effect
-	TotalSeconds    float64 `json:"total_s"` // first publish to last first effect
-	Loaded          string  `json:"load"`    // the machine's load average at the end
+	MaxGapSeconds   float64 `json:"max_gap_s"` // longest pause between two first effects
+	DrainSeconds    float64 `json:"drain_s"`   // last publish to last first effect
+	TotalSeconds    float64 `json:"total_s"`   // first publish to last first effect
+	Loaded          string  `json:"load"`      // the machine's load average at the end
 
 	lastEffect time.Time
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("%s/%s: %d events, %d kills, %d broker restarts, %d joins, %d leaves: lost %d, duplicates %d, order violations %d, parked %d, drain %.1fs (total %.1fs, load %s)",
+	return fmt.Sprintf("%s/%s: %d events, %d kills, %d broker restarts, %d joins, %d leaves: lost %d, duplicates %d, order violations %d, parked %d, longest pause %.1fs, drain %.1fs (total %.1fs, load %s)",
 		r.Broker, r.Scenario, r.Events, r.Kills, r.BrokerRestarts, r.Joins, r.Leaves,
-		r.Lost, r.Duplicates, r.OrderViolations, r.Parked, r.DrainSeconds, r.TotalSeconds, r.Loaded)
+		r.Lost, r.Duplicates, r.OrderViolations, r.Parked, r.MaxGapSeconds, r.DrainSeconds, r.TotalSeconds, r.Loaded)
 }
 
 // runScenario runs sc on b: consumers, a publisher of keyed events, the
