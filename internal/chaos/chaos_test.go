@@ -97,6 +97,17 @@ func TestChaos(t *testing.T) {
 				check(t, runScenario(t, tc.private(t), scenario{name: "broker-restart", keys: 200, perKey: 100, consumers: 1,
 					dedupe: true, ordered: true, rate: 400, actions: acts, drain: 5 * time.Minute}))
 			})
+			t.Run("dedupe-off", func(t *testing.T) {
+				// What the inbox absorbs on this transport: the same kind
+				// of run without it counts the duplicate effects (not a
+				// failure here; TestChaosCanFail requires them on Redis).
+				acts := []action{{at: points(rng, 1, 0.2, 0.5)[0], kind: "kill"}, {at: points(rng, 1, 0.5, 0.8)[0], kind: "kill"}}
+				r := runScenario(t, tc.shared(t), scenario{name: "dedupe-off", keys: 50, perKey: 40, consumers: 1,
+					dedupe: false, ordered: true, rate: 400, actions: acts, drain: 2 * time.Minute})
+				if r.Lost != 0 || r.OrderViolations != 0 {
+					t.Errorf("%s without the inbox: lost %d, order violations %d; want 0", tc.name, r.Lost, r.OrderViolations)
+				}
+			})
 			t.Run("rebalance", func(t *testing.T) {
 				if tc.noRebalance != "" {
 					t.Skip(tc.noRebalance)
