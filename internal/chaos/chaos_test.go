@@ -65,14 +65,14 @@ func TestChaos(t *testing.T) {
 				t.Run("kill", func(t *testing.T) {
 					check(t, runScenario(t, tc.shared(t), scenario{
 						name: "kill", keys: 50, perKey: 40, consumers: 1, dedupe: true, ordered: true, rate: 1000,
-						actions: []action{{at: points(rng, 1, 0.2, 0.6)[0], kind: "kill"}}, drain: 90 * time.Second,
+						actions: []action{{at: points(rng, 1, 0.2, 0.6)[0], kind: "kill"}}, drain: 90 * time.Second, settle: 500 * time.Millisecond,
 					}))
 				})
 				if tc.membership {
 					t.Run("rebalance", func(t *testing.T) {
 						check(t, runScenario(t, tc.shared(t), scenario{
 							name: "rebalance", keys: 50, perKey: 40, consumers: 2, dedupe: true, ordered: true, rate: 500,
-							actions: []action{{at: 0.2, kind: "join"}, {at: 0.5, kind: "leave"}}, drain: 90 * time.Second,
+							actions: []action{{at: 0.2, kind: "join"}, {at: 0.5, kind: "leave"}}, drain: 90 * time.Second, settle: 500 * time.Millisecond,
 						}))
 					})
 				}
@@ -84,7 +84,7 @@ func TestChaos(t *testing.T) {
 					acts = append(acts, action{at: at, kind: "kill"})
 				}
 				check(t, runScenario(t, tc.shared(t), scenario{name: "kill", keys: 200, perKey: 100, consumers: 1,
-					dedupe: true, ordered: true, rate: 400, actions: acts, drain: 5 * time.Minute}))
+					dedupe: true, ordered: true, rate: 400, actions: acts, drain: 5 * time.Minute, settle: 2 * time.Second}))
 			})
 			t.Run("broker-restart", func(t *testing.T) {
 				if tc.private == nil {
@@ -95,7 +95,7 @@ func TestChaos(t *testing.T) {
 					{at: points(rng, 1, 0.55, 0.85)[0], kind: "kill"},
 				}
 				check(t, runScenario(t, tc.private(t), scenario{name: "broker-restart", keys: 200, perKey: 100, consumers: 1,
-					dedupe: true, ordered: true, rate: 400, actions: acts, drain: 5 * time.Minute}))
+					dedupe: true, ordered: true, rate: 400, actions: acts, drain: 5 * time.Minute, settle: 2 * time.Second}))
 			})
 			t.Run("dedupe-off", func(t *testing.T) {
 				// What the inbox absorbs on this transport: the same kind
@@ -103,7 +103,7 @@ func TestChaos(t *testing.T) {
 				// failure here; TestChaosCanFail requires them on Redis).
 				acts := []action{{at: points(rng, 1, 0.2, 0.5)[0], kind: "kill"}, {at: points(rng, 1, 0.5, 0.8)[0], kind: "kill"}}
 				r := runScenario(t, tc.shared(t), scenario{name: "dedupe-off", keys: 50, perKey: 40, consumers: 1,
-					dedupe: false, ordered: true, rate: 400, actions: acts, drain: 2 * time.Minute})
+					dedupe: false, ordered: true, rate: 400, actions: acts, drain: 2 * time.Minute, settle: 2 * time.Second})
 				if r.Lost != 0 || r.OrderViolations != 0 {
 					t.Errorf("%s without the inbox: lost %d, order violations %d; want 0", tc.name, r.Lost, r.OrderViolations)
 				}
@@ -115,7 +115,7 @@ func TestChaos(t *testing.T) {
 				acts := []action{{at: 0.15, kind: "join"}, {at: 0.3, kind: "kill"}, {at: 0.45, kind: "leave"},
 					{at: 0.6, kind: "join"}, {at: 0.75, kind: "leave"}, {at: 0.85, kind: "kill"}}
 				check(t, runScenario(t, tc.shared(t), scenario{name: "rebalance", keys: 200, perKey: 100, consumers: 2,
-					dedupe: true, ordered: true, rate: 400, actions: acts, drain: 5 * time.Minute}))
+					dedupe: true, ordered: true, rate: 400, actions: acts, drain: 5 * time.Minute, settle: 2 * time.Second}))
 			})
 		})
 	}
@@ -137,7 +137,7 @@ func check(t *testing.T, r result) {
 func TestChaosCanFail(t *testing.T) {
 	t.Run("dedupe-off", func(t *testing.T) {
 		r := runScenario(t, redisShared(t), scenario{name: "dedupe-off", keys: 20, perKey: 50, consumers: 1,
-			dedupe: false, ordered: true, actions: []action{{at: 0.4, kind: "kill"}}, drain: 90 * time.Second})
+			dedupe: false, ordered: true, actions: []action{{at: 0.4, kind: "kill"}}, drain: 90 * time.Second, settle: time.Second})
 		if r.Duplicates == 0 {
 			t.Errorf("no duplicate effects counted without the inbox: the suite cannot see duplicates")
 		}
@@ -147,7 +147,7 @@ func TestChaosCanFail(t *testing.T) {
 	})
 	t.Run("ordering-off", func(t *testing.T) {
 		r := runScenario(t, redisShared(t), scenario{name: "ordering-off", keys: 4, perKey: 250, consumers: 1,
-			dedupe: true, ordered: false, drain: 90 * time.Second})
+			dedupe: true, ordered: false, drain: 90 * time.Second, settle: time.Second})
 		if r.OrderViolations == 0 {
 			t.Errorf("no order violations counted with ferry.Unordered: the suite cannot see reordering")
 		}

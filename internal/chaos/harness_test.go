@@ -133,10 +133,11 @@ type scenario struct {
 	perKey    int
 	consumers int // processes at the start
 	actions   []action
-	dedupe    bool // false: the stack without Deduplicate
-	ordered   bool // false: ferry.Unordered
-	rate      int  // events published per second; 0: as fast as the broker confirms
-	drain     time.Duration
+	dedupe    bool          // false: the stack without Deduplicate
+	ordered   bool          // false: ferry.Unordered
+	rate      int           // events published per second; 0: as fast as the broker confirms
+	drain     time.Duration // how long the effects may take after the last publish
+	settle    time.Duration // how long to wait after the last effect, for late duplicates
 }
 
 // result is what a run counts.
@@ -348,10 +349,12 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 		time.Sleep(100 * time.Millisecond)
 	}
 	// A moment more, for late redeliveries to show as duplicates.
-	time.Sleep(2 * time.Second)
+	time.Sleep(sc.settle)
+	var stopping sync.WaitGroup
 	for _, p := range alive() {
-		p.stop()
+		stopping.Go(func() { p.stop() })
 	}
+	stopping.Wait()
 	tallyEffects(t, pool, run, sc, &res)
 	res.TotalSeconds = res.lastEffect.Sub(start).Seconds()
 	res.DrainSeconds = max(0, res.lastEffect.Sub(time.Unix(0, pubEnd.Load())).Seconds())
