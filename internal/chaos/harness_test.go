@@ -30,16 +30,16 @@ type proc struct {
 	log   string
 }
 
-// startConsumer starts consumer process n with cfg; it does not wait
-// until it is ready.
-func startConsumer(t *testing.T, cfg consumerConfig, n int, env []string) *proc {
+// startConsumer starts consumer process n with cfg, its stderr in a file
+// of logDir; it does not wait until it is ready.
+func startConsumer(t *testing.T, cfg consumerConfig, n int, env []string, logDir string) *proc {
 	t.Helper()
 	spec, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &proc{n: n, ready: make(chan struct{}), done: make(chan struct{}),
-		log: filepath.Join(t.TempDir(), fmt.Sprintf("consumer-%d.log", n))}
+		log: filepath.Join(logDir, fmt.Sprintf("consumer-%d.log", n))}
 	logf, err := os.Create(p.log)
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +191,7 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 		t.Cleanup(func() { b.cleanup(t, topic, group) })
 	}
 
+	logDir := t.TempDir() // before the cleanup below, which reads the logs, so removed after it
 	var (
 		mu      sync.Mutex
 		procs   []*proc
@@ -201,7 +202,7 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 		started++
 		n := started
 		mu.Unlock()
-		p := startConsumer(t, cfg, n, b.env)
+		p := startConsumer(t, cfg, n, b.env, logDir)
 		mu.Lock()
 		procs = append(procs, p)
 		mu.Unlock()
