@@ -38,7 +38,6 @@ import (
 type broker struct {
 	name       string
 	url        string            // the publisher's and the consumers' URL
-	env        []string          // more environment for the consumers
 	subOptions map[string]string // Subscription.Options
 	fifo       bool              // topic names end in ".fifo" (SQS, SNS)
 	// restart restarts the broker mid-stream, keeping its data; nil where

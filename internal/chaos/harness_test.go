@@ -32,7 +32,7 @@ type proc struct {
 
 // startConsumer starts consumer process n with cfg, its stderr in a file
 // of logDir; it does not wait until it is ready.
-func startConsumer(t *testing.T, cfg consumerConfig, n int, env []string, logDir string) *proc {
+func startConsumer(t *testing.T, cfg consumerConfig, n int, logDir string) *proc {
 	t.Helper()
 	spec, err := json.Marshal(cfg)
 	if err != nil {
@@ -50,7 +50,7 @@ func startConsumer(t *testing.T, cfg consumerConfig, n int, env []string, logDir
 	}
 	p.stdin = w
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), roleEnv+"=consumer", configEnv+"="+string(spec)), env...)
+	cmd.Env = append(os.Environ(), roleEnv+"=consumer", configEnv+"="+string(spec))
 	cmd.Stdin = r
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
@@ -202,7 +202,7 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 		started++
 		n := started
 		mu.Unlock()
-		p := startConsumer(t, cfg, n, b.env, logDir)
+		p := startConsumer(t, cfg, n, logDir)
 		mu.Lock()
 		procs = append(procs, p)
 		mu.Unlock()
