@@ -338,7 +338,7 @@ func (p *privateNATS) stop() {
 func awsBroker(t *testing.T, scheme string) *broker {
 	t.Helper()
 	srv := fauxqs.ForTest(t)
-	q := url.Values{"region": {fauxqs.Region}, "endpoint": {srv.URL}, "visibility": {"2s"}, "wait": {"1s"}}
+	q := url.Values{"region": {fauxqs.Region}, "endpoint": {srv.URL}, "allow_plaintext_auth": {"true"}, "visibility": {"2s"}, "wait": {"1s"}}
 	u := scheme + "://chaos?" + q.Encode()
 	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"} {
 		if os.Getenv(k) == "" {
