@@ -29,7 +29,8 @@ import (
 //   - A member holding a shard that is now assigned to another stops
 //     reading it, waits until every delivery of it that it handed out is
 //     settled and the acks are sent, then deletes the lease (compare-and-DEL).
-//     The new owner acquires it on its next tick.
+//     The new owner acquires it on its next tick. If the shard is assigned
+//     back to it before that (the other member left), it reads it again.
 //   - A member that dies stops renewing: its registration and leases expire
 //     after at most lease, and the shards go to the survivors.
 //
@@ -98,6 +99,14 @@ func (s *stream) leaseTick(ctx context.Context) bool {
 			}
 			if !mine {
 				s.handOver(ctx, sh)
+			} else if sh.draining.CompareAndSwap(true, false) {
+				// Assigned here again before the handover finished (the
+				// member it was going to left): read it again, or its
+				// lease is renewed and nobody reads it.
+				select {
+				case s.wake <- struct{}{}:
+				default:
+				}
 			}
 			continue
 		}
