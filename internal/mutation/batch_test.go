@@ -27,5 +27,28 @@ func init() {
 			Run:     "^TestBatchPoison$",
 			Want:    "DLQ holds",
 		},
+		{
+			Name: "dedupe-batch-completes-failed", // a message that failed in a batch is marked done: its retry is skipped as a duplicate
+			Pkg:  "./middleware", File: "middleware/dedupe_batch.go",
+			Find: `		if errs[i] != nil {
+			err = h.store.Release(fctx, keys[j], claims[j].Token)`,
+			Replace: `		if false {
+			err = h.store.Release(fctx, keys[j], claims[j].Token)`,
+			Run:  "^TestDedupeBatchFailures$",
+			Want: "done 0 times, want once",
+		},
+		{
+			Name: "dedupe-batch-runs-duplicates", // a duplicate in a batch reaches the handler
+			Pkg:  "./middleware", File: "middleware/dedupe_batch.go",
+			Find: `		case idempotency.Done:
+			if h.cfg.onDuplicate != nil {`,
+			Replace: `		case idempotency.Done:
+			run = append(run, i)
+			owned = append(owned, j)
+			if h.cfg.onDuplicate != nil {`,
+			Run:      "^TestDedupeBatchInbox$",
+			Want:     "reached the handler again",
+			Requires: postgres,
+		},
 	})
 }
