@@ -21,11 +21,11 @@ func init() {
 		{
 			Name: "batch-one-result-for-all", // the batch's error is every message's result: one poison fails the 99
 			Pkg:  ".", File: "batch.go",
-			Find:    `		c.done <- handler.BatchResult(err, i, len(round))`,
+			Find: `		c.done <- handler.BatchResult(err, i, len(round))`,
 			Replace: `		c.done <- err
 		_ = i`,
-			Run:     "^TestBatchPoison$",
-			Want:    "DLQ holds",
+			Run:  "^TestBatchPoison$",
+			Want: "DLQ holds",
 		},
 		{
 			Name: "dedupe-batch-completes-failed", // a message that failed in a batch is marked done: its retry is skipped as a duplicate
@@ -49,6 +49,22 @@ func init() {
 			Run:      "^TestDedupeBatchInbox$",
 			Want:     "reached the handler again",
 			Requires: postgres,
+		},
+		{
+			Name: "delay-early", // a delayed message is published at once
+			Pkg:  "./transport/transporttest", File: "transport/memory/delay.go",
+			Find:    `	time.AfterFunc(d, func() {`,
+			Replace: `	time.AfterFunc(0*d, func() {`,
+			Run:     "^TestConformance$/^Delay$",
+			Want:    "before its time",
+		},
+		{
+			Name: "delay-late", // a delayed message is published well past its time plus the declared precision
+			Pkg:  "./transport/transporttest", File: "transport/memory/delay.go",
+			Find:    `	time.AfterFunc(d, func() {`,
+			Replace: `	time.AfterFunc(d+4*time.Second, func() {`,
+			Run:     "^TestConformance$/^Delay$",
+			Want:    "after its time; DelaySemantics.Precision is 50ms",
 		},
 	})
 }

@@ -113,6 +113,7 @@ var parallelCases = []testCase{
 	{"Router/Poison", (*suite).testRouterPoison},
 	{"Batch/Poison", (*suite).testBatchPoison},
 	{"Batch/PerKey", (*suite).testBatchPerKey},
+	{"Delay", (*suite).testDelay},
 }
 
 // suite is the state shared by the cases of one Run.
