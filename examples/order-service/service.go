@@ -241,6 +241,10 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 			return nil, ctx.Err()
 		}
 	}
+	s.tally.mu.Lock()
+	batches := s.tally.batches
+	s.tally.mu.Unlock()
+	s.say(false, "analytics: counted %d events in %d batches", want.Analytics, batches)
 	if err := s.replayAnalytics(ctx, sum); err != nil {
 		_ = closeAll()
 		return nil, err
@@ -518,6 +522,19 @@ func (s *service) startOthers(ctx context.Context) (*ferry.Router, chan error, e
 		s.obs.others.Store(r)
 	}
 	for _, name := range consumers[1:] {
+		if name == "analytics" {
+			// Analytics consumes in batches: the stack acts per message
+			// around the batch, the batch handler counts a batch at once.
+			stack, err := s.analyticsStack()
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := r.AddBatch(name, s.t, s.tp.sub(name), stack, handler.BatchHandlerFunc(s.analyticsBatch),
+				append(subscriptionOptions(name), ferry.BatchSize(50), ferry.BatchWait(20*time.Millisecond))...); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
 		h, err := s.handlerFor(name)
 		if err != nil {
 			return nil, nil, err
@@ -549,14 +566,44 @@ func (s *service) dedupedHandler(name string) (handler.Handler, error) {
 	return onlyHighValue(s.lost.wrap("fraud", stack(handler.JSON(s.fraud)))), nil
 }
 
-// analyticsHandler is analytics' chain: the Recommended stack alone; it
-// counts distinct IDs.
+// analyticsStack is analytics' per-message middleware: the Recommended
+// stack alone.
+func (s *service) analyticsStack() (handler.Middleware, error) {
+	return middleware.Recommended(s.dlqPublisher(), s.stackOptions()...)
+}
+
+// analyticsHandler is analytics' chain one message at a time (the
+// simulator's, sim_test.go): the stack around analytics. The running
+// service consumes in batches (startOthers, analyticsBatch).
 func (s *service) analyticsHandler() (handler.Handler, error) {
-	stack, err := middleware.Recommended(s.dlqPublisher(), s.stackOptions()...)
+	stack, err := s.analyticsStack()
 	if err != nil {
 		return nil, err
 	}
 	return stack(handler.HandlerFunc(s.analytics)), nil
+}
+
+// analyticsBatch counts a batch of events at once: each distinct event
+// once, however often it comes. Each message gets its own result: an
+// effect that failed for one event fails that event alone, for the stack
+// to retry.
+func (s *service) analyticsBatch(ctx context.Context, msgs []*handler.Message) error {
+	s.tally.mu.Lock()
+	for _, m := range msgs {
+		if !s.tally.seen[m.ID] {
+			s.tally.seen[m.ID] = true
+			s.tally.c.Analytics++
+		}
+	}
+	s.tally.batches++
+	s.tally.mu.Unlock()
+	fail := map[int]error{}
+	for i, m := range msgs {
+		if err := s.did(ctx, "analytics", m.ID); err != nil {
+			fail[i] = err
+		}
+	}
+	return handler.BatchErrors(len(msgs), fail)
 }
 
 // cause returns the innermost error of err's chain: what the handler said,

@@ -233,6 +233,7 @@ type tally struct {
 	extra        int64
 	deadLettered map[string]bool // IDs
 	seen         map[string]bool // analytics: distinct IDs
+	batches      int             // analytics: batches handled
 }
 
 func newTally() *tally {
