@@ -49,6 +49,9 @@ type service struct {
 	log    *slog.Logger
 	t      transport.Transport
 	pub    transport.Publisher // t, instrumented with -http: the relay and the DLQs publish through it
+	// delayer delays the payment deadlines: t, or the PostgreSQL scheduler
+	// (payments.go).
+	delayer transport.DelayPublisher
 	obs    *observability      // nil without -http
 	tel    *telemetry.Telemetry
 	st     store
@@ -163,6 +166,14 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 	if !s.tp.fanOut {
 		fmt.Fprintf(out, "fan-out: this broker gives each queue to one group, so the checkout sends every event to each consumer's queue\n")
 	}
+
+	// The payment deadlines are delayed messages.
+	delayer, stopDelayer, err := s.openDelayer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.delayer = delayer
+	defer stopDelayer()
 
 	// The relay publishes what the checkout commits.
 	relayCtx, stopRelay := context.WithCancel(ctx)
@@ -305,6 +316,15 @@ func (s *service) checkout(ctx context.Context) error {
 		if err := s.st.checkout(ctx, o, events); err != nil {
 			return fmt.Errorf("checkout %s: %w", o.OrderID, err)
 		}
+		if n != unpaidOrder {
+			s.tally.add(func(*counts) { s.tally.paid[n] = true }) // the customer pays at once
+		}
+		if s.delayer == nil {
+			continue // the simulator (sim_test.go) runs no payments consumer
+		}
+		if err := transport.PublishAt(ctx, s.delayer, paymentDueMessage(o, s.tp.paymentTopic()), time.Now().Add(PaymentWindow)); err != nil {
+			return fmt.Errorf("checkout %s: schedule the payment deadline: %w", o.OrderID, err)
+		}
 		s.tally.add(func(c *counts) { c.Placed++ })
 	}
 	s.say(true, "checkout:  %d orders placed (each order and its OrderPlaced event in one transaction; the relay publishes)", s.cfg.orders)
@@ -377,6 +397,8 @@ func (s *service) handlerFor(name string) (handler.Handler, error) {
 		return s.dedupedHandler(name)
 	case "analytics":
 		return s.analyticsHandler()
+	case paymentsName:
+		return s.paymentsHandler()
 	}
 	return nil, fmt.Errorf("order-service: no consumer %q", name)
 }
@@ -542,6 +564,13 @@ func (s *service) startOthers(ctx context.Context) (*ferry.Router, chan error, e
 		if err := r.Add(name, s.t, s.tp.sub(name), h, subscriptionOptions(name)...); err != nil {
 			return nil, nil, err
 		}
+	}
+	h, err := s.handlerFor(paymentsName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.Add(paymentsName, s.t, s.tp.paymentSub(), h, ferry.Unordered()); err != nil {
+		return nil, nil, err
 	}
 	return startRouter(ctx, r)
 }
