@@ -44,21 +44,21 @@ func defaultConfig() config {
 
 // service is one run of the example.
 type service struct {
-	cfg    config
-	out    io.Writer
-	log    *slog.Logger
-	t      transport.Transport
-	pub    transport.Publisher // t, instrumented with -http: the relay and the DLQs publish through it
+	cfg config
+	out io.Writer
+	log *slog.Logger
+	t   transport.Transport
+	pub transport.Publisher // t, instrumented with -http: the relay and the DLQs publish through it
 	// delayer delays the payment deadlines: t, or the PostgreSQL scheduler
 	// (payments.go).
 	delayer transport.DelayPublisher
-	obs    *observability      // nil without -http
-	tel    *telemetry.Telemetry
-	st     store
-	tp     topology
-	faults faults
-	tally  *tally
-	lost   *loseAck
+	obs     *observability // nil without -http
+	tel     *telemetry.Telemetry
+	st      store
+	tp      topology
+	faults  faults
+	tally   *tally
+	lost    *loseAck
 	// effect, when set, is told of each effect of email, fraud and
 	// analytics once it is done, and its error fails the handler: the
 	// tests' simulator (sim_test.go) records the effects there and injects
