@@ -66,5 +66,23 @@ func init() {
 			Run:     "^TestConformance$/^Delay$",
 			Want:    "after its time; DelaySemantics.Precision is 50ms",
 		},
+		{
+			Name: "schedule-early", // the scheduler publishes messages before their time
+			Pkg:  "./schedule", File: "schedule/schedule.go",
+			Find:     `WHERE due_at <= clock_timestamp() ORDER BY`,
+			Replace:  `WHERE due_at <= clock_timestamp() + interval '1 hour' ORDER BY`,
+			Run:      "^TestScheduler$",
+			Want:     "RunOnce before the time",
+			Requires: postgres,
+		},
+		{
+			Name: "schedule-drops-failed", // a message whose publish failed is deleted all the same
+			Pkg:  "./schedule", File: "schedule/schedule.go",
+			Find:     `		done = done[:0:0]`,
+			Replace:  `		_ = done[:0:0]`,
+			Run:      "^TestScheduler$",
+			Want:     "RunOnce with the broker down = 1",
+			Requires: postgres,
+		},
 	})
 }
