@@ -26,8 +26,9 @@ const (
 // most: a batch is handed to the handler as soon as it has n messages, or
 // when [BatchWait] has passed since its first message arrived, whichever
 // comes first. The default is [DefaultBatchSize] (100). n must be at least
-// 1 and at most the subscription's [MaxInFlight]. Given to [Router.Add],
-// it is an error.
+// 1 and at most the subscription's [MaxInFlight]; where the stream hands
+// out fewer deliveries unsettled (Semantics.MaxUnsettled), that is the
+// size. Given to [Router.Add], it is an error.
 func BatchSize(n int) SubscriptionOption {
 	return subOption(func(c *subConfig) { c.batchSize, c.batchSet = n, true })
 }
@@ -119,8 +120,9 @@ func (c *subConfig) validateBatch(batch bool) error {
 
 // batcher gathers a batch subscription's deliveries into batches.
 type batcher struct {
-	bh handler.BatchHandler
-	s  *subscription
+	bh   handler.BatchHandler
+	s    *subscription
+	size int // BatchSize, or the stream's MaxUnsettled if lower
 
 	mu      sync.Mutex
 	pending []transport.Delivery
@@ -139,6 +141,12 @@ type batcher struct {
 // start starts the batcher's loop, counted in the subscription's workers.
 func (b *batcher) start(s *subscription) {
 	b.s = s
+	b.size = s.cfg.batchSize
+	if mu := s.semantics.MaxUnsettled; mu > 0 && mu < b.size {
+		// The stream hands out no more than this unsettled: a bigger
+		// batch would only ever fill by its time bound.
+		b.size = mu
+	}
 	b.wake = make(chan struct{}, 1)
 	b.slots = make(chan struct{}, s.cfg.concurrency)
 	b.intakeLeft.Store(int32(s.cfg.concurrency))
@@ -172,7 +180,7 @@ func (b *batcher) add(d transport.Delivery) {
 	b.pending = append(b.pending, d)
 	n := len(b.pending)
 	b.mu.Unlock()
-	if n == 1 || n >= b.s.cfg.batchSize {
+	if n == 1 || n >= b.size {
 		b.poke()
 	}
 }
@@ -198,8 +206,8 @@ func (b *batcher) loop() {
 		b.mu.Lock()
 		n := len(b.pending)
 		waited := time.Since(b.first)
-		if n >= s.cfg.batchSize || (n > 0 && (intakeOver || waited >= s.cfg.batchWait)) {
-			take := min(n, s.cfg.batchSize)
+		if n >= b.size || (n > 0 && (intakeOver || waited >= s.cfg.batchWait)) {
+			take := min(n, b.size)
 			ds := make([]transport.Delivery, take)
 			copy(ds, b.pending)
 			clear(b.pending[:take])
