@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -260,8 +261,8 @@ func (b *batcher) run(ds []transport.Delivery) {
 	g := &batchGroup{bh: b.bh, ctx: b.s.handlerCtx, active: len(ds)}
 	var wg sync.WaitGroup
 	wg.Add(len(ds))
-	for _, d := range ds {
-		go b.one(g, d, &wg)
+	for i, d := range ds {
+		go b.one(g, i, d, &wg)
 	}
 	wg.Wait()
 	<-b.slots
@@ -271,11 +272,11 @@ func (b *batcher) run(ds []transport.Delivery) {
 
 // one processes d as a worker of its own, then hands its key's next
 // delivery to the batcher.
-func (b *batcher) one(g *batchGroup, d transport.Delivery, wg *sync.WaitGroup) {
+func (b *batcher) one(g *batchGroup, idx int, d transport.Delivery, wg *sync.WaitGroup) {
 	defer wg.Done()
 	s := b.s
 	w := &worker{}
-	w.ctx, w.cancel = context.WithCancel(context.WithValue(s.handlerCtx, memberKey{}, &batchMember{g: g}))
+	w.ctx, w.cancel = context.WithCancel(context.WithValue(s.handlerCtx, memberKey{}, &batchMember{g: g, idx: idx}))
 	defer w.cancel()
 	b.liveMu.Lock()
 	b.live[w] = struct{}{}
@@ -325,6 +326,7 @@ type memberKey struct{}
 // batchMember is one message's place in its batch.
 type batchMember struct {
 	g     *batchGroup
+	idx   int // the message's place in the batch, in arrival order
 	calls int // calls of the chain so far; only the message's goroutine touches it
 }
 
@@ -359,7 +361,7 @@ func (batchSlot) Handle(ctx context.Context, m *handler.Message) error {
 	if !ok {
 		return handler.Permanent(fmt.Errorf("ferry: a batch handler was called outside a batch (message %q)", m.ID))
 	}
-	return mem.g.arrive(m)
+	return mem.g.arrive(m, mem.idx)
 }
 
 // batchGroup is one batch: the messages still in their chains (active),
@@ -375,6 +377,7 @@ type batchGroup struct {
 
 type batchCall struct {
 	m    *handler.Message
+	idx  int
 	done chan error
 }
 
@@ -397,8 +400,8 @@ func (g *batchGroup) leave() {
 }
 
 // arrive waits at the slot for m's round and returns m's result.
-func (g *batchGroup) arrive(m *handler.Message) error {
-	c := &batchCall{m: m, done: make(chan error, 1)}
+func (g *batchGroup) arrive(m *handler.Message, idx int) error {
+	c := &batchCall{m: m, idx: idx, done: make(chan error, 1)}
 	g.mu.Lock()
 	g.waiting = append(g.waiting, c)
 	round := g.ready()
@@ -421,6 +424,8 @@ func (g *batchGroup) ready() []*batchCall {
 
 // run calls the batch handler on round and hands each message its result.
 func (g *batchGroup) run(round []*batchCall) {
+	// In arrival order, whatever order the chains reached the slot in.
+	slices.SortFunc(round, func(a, b *batchCall) int { return a.idx - b.idx })
 	msgs := make([]*handler.Message, len(round))
 	for i, c := range round {
 		msgs[i] = c.m

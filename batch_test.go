@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,6 +97,12 @@ func TestBatchPoison(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.mu.Lock()
+	for i, id := range log.batches[0] {
+		if want := fmt.Sprintf("id-%d", i); id != want {
+			t.Errorf("the batch holds %s at %d, want %s: not in arrival order", id, i, want)
+			break
+		}
+	}
 	if len(log.batches) != 1 || len(log.batches[0]) != 100 {
 		sizes := []int{}
 		for _, b := range log.batches {
@@ -256,4 +264,61 @@ func subscribeGroup(t *testing.T, b transport.Subscriber, topic, group string) <
 		_ = st.Close(context.Background())
 	})
 	return ch
+}
+
+// TestBatchShutdown: a batch still running at the drain deadline is
+// abandoned whole: Close reports its messages, and none of them is acked
+// when the handler returns later; the group gets all of them again. A
+// batch that finishes within the deadline is acked.
+func TestBatchShutdown(t *testing.T) {
+	b := routertest.NewBroker(t, 1)
+	const topic = "batch-shutdown"
+	release := newReleaser()
+	var calls atomic.Int32
+	started := make(chan struct{}, 1)
+	bh := handler.BatchHandlerFunc(func(ctx context.Context, msgs []*handler.Message) error {
+		if calls.Add(1) == 1 {
+			return nil // the first batch finishes
+		}
+		started <- struct{}{}
+		<-release.C // the second outlives the drain
+		return nil
+	})
+	r, err := ferry.NewRouter(ferry.WithLogger(routertest.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := transport.Subscription{Topic: topic, Group: "g", StartAtOldest: true}
+	if err := r.AddBatch("shutdown", b, sub, nil, bh, ferry.Concurrency(1), ferry.BatchSize(5), ferry.BatchWait(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, r)
+	t.Cleanup(release.release)
+	for i := range 10 {
+		routertest.Publish(t, b, &handler.Message{ID: fmt.Sprintf("id-%d", i), Key: fmt.Sprintf("k%d", i), Topic: topic, Payload: []byte("x")})
+	}
+	recv(t, started, "the second batch")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = stop(ctx)
+	var ab *ferry.AbandonedError
+	if !errors.As(err, &ab) || ab.Count["shutdown"] != 5 {
+		t.Fatalf("Close = %v; want 5 messages abandoned", err)
+	}
+	if ids := ab.IDs["shutdown"]; len(ids) != 5 {
+		t.Errorf("Close names %v abandoned; want the running batch's 5 messages", ids)
+	}
+	release.release()
+	time.Sleep(50 * time.Millisecond) // the late return must settle nothing
+	again := subscribeGroup(t, b, topic, "g")
+	got := map[string]bool{}
+	for len(got) < 5 {
+		m := recv(t, again, "the abandoned batch's messages, redelivered")
+		got[m.ID] = true
+	}
+	for id := range got {
+		if n, _ := strconv.Atoi(strings.TrimPrefix(id, "id-")); n < 5 {
+			t.Errorf("%s of the finished batch came again", id)
+		}
+	}
 }

@@ -84,5 +84,23 @@ func init() {
 			Want:     "RunOnce with the broker down = 1",
 			Requires: postgres,
 		},
+		{
+			Name: "batch-slot-order", // a batch holds its messages in the order their chains reached the slot, not arrival order
+			Pkg:  ".", File: "batch.go",
+			Find:    `	slices.SortFunc(round, func(a, b *batchCall) int { return a.idx - b.idx })`,
+			Replace: `	_ = slices.SortFunc[[]*batchCall, *batchCall]`,
+			Run:     "^TestBatchPoison$",
+			Want:    "not in arrival order",
+		},
+		{
+			Name: "batch-abandon-unclaimed", // the shutdown does not claim the messages of running batches
+			Pkg:  ".", File: "batch.go",
+			Find: `	b.liveMu.Lock()
+	for w := range b.live {`,
+			Replace: `	b.liveMu.Lock()
+	for w := range map[*worker]struct{}{} {`,
+			Run:  "^TestBatchShutdown$",
+			Want: "want the running batch's 5 messages",
+		},
 	})
 }
