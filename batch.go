@@ -65,6 +65,10 @@ func BatchWait(d time.Duration) SubscriptionOption {
 // take turns at the stream, as on Add). A batch's message settles (is
 // acked, or nacked for a retry) as soon as its own result is known.
 //
+// The batch handler's context carries the stream's information and ends
+// at the earliest attempt deadline of the batch's messages (as
+// middleware.Timeout sets them), or at the drain deadline.
+//
 // Everything else is as on Add: the Router's failure policy, telemetry
 // (one span per message), the shutdown (a batch still running at the drain
 // deadline is abandoned, every message of it unsettled). The stuck watch
@@ -361,7 +365,7 @@ func (batchSlot) Handle(ctx context.Context, m *handler.Message) error {
 	if !ok {
 		return handler.Permanent(fmt.Errorf("ferry: a batch handler was called outside a batch (message %q)", m.ID))
 	}
-	return mem.g.arrive(m, mem.idx)
+	return mem.g.arrive(ctx, m, mem.idx)
 }
 
 // batchGroup is one batch: the messages still in their chains (active),
@@ -376,6 +380,7 @@ type batchGroup struct {
 }
 
 type batchCall struct {
+	ctx  context.Context // the message's attempt's, for its deadline
 	m    *handler.Message
 	idx  int
 	done chan error
@@ -400,8 +405,8 @@ func (g *batchGroup) leave() {
 }
 
 // arrive waits at the slot for m's round and returns m's result.
-func (g *batchGroup) arrive(m *handler.Message, idx int) error {
-	c := &batchCall{m: m, idx: idx, done: make(chan error, 1)}
+func (g *batchGroup) arrive(ctx context.Context, m *handler.Message, idx int) error {
+	c := &batchCall{ctx: ctx, m: m, idx: idx, done: make(chan error, 1)}
 	g.mu.Lock()
 	g.waiting = append(g.waiting, c)
 	round := g.ready()
@@ -427,20 +432,31 @@ func (g *batchGroup) run(round []*batchCall) {
 	// In arrival order, whatever order the chains reached the slot in.
 	slices.SortFunc(round, func(a, b *batchCall) int { return a.idx - b.idx })
 	msgs := make([]*handler.Message, len(round))
+	var deadline time.Time
 	for i, c := range round {
 		msgs[i] = c.m
+		if d, ok := c.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+			deadline = d
+		}
 	}
-	err := g.call(msgs)
+	ctx := g.ctx
+	if !deadline.IsZero() {
+		// The earliest attempt deadline of the round (middleware.Timeout's).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	err := g.call(ctx, msgs)
 	for i, c := range round {
 		c.done <- handler.BatchResult(err, i, len(round))
 	}
 }
 
-func (g *batchGroup) call(msgs []*handler.Message) (err error) {
+func (g *batchGroup) call(ctx context.Context, msgs []*handler.Message) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &handler.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return g.bh.HandleBatch(g.ctx, msgs)
+	return g.bh.HandleBatch(ctx, msgs)
 }

@@ -322,3 +322,31 @@ func TestBatchShutdown(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchDeadline: the batch handler's context ends at the earliest
+// attempt deadline of its messages (middleware.Timeout's), so a batch
+// call that blocks is bounded like a message's.
+func TestBatchDeadline(t *testing.T) {
+	b := routertest.NewBroker(t, 1)
+	const topic = "batch-deadline"
+	ended := make(chan error, 1)
+	var once sync.Once
+	bh := handler.BatchHandlerFunc(func(ctx context.Context, msgs []*handler.Message) error {
+		<-ctx.Done()
+		once.Do(func() { ended <- ctx.Err() })
+		return ctx.Err()
+	})
+	r, err := ferry.NewRouter(ferry.WithLogger(routertest.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := transport.Subscription{Topic: topic, Group: "g", StartAtOldest: true}
+	if err := r.AddBatch("deadline", b, sub, middleware.Timeout(50*time.Millisecond), bh, ferry.BatchWait(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	start(t, r)
+	routertest.Publish(t, b, &handler.Message{ID: "m", Topic: topic, Payload: []byte("x")})
+	if err := recv(t, ended, "the batch call's context to end"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the batch context ended with %v; want the attempt's deadline", err)
+	}
+}
