@@ -59,6 +59,9 @@ type subConfig struct {
 	policy      policy
 	dlq         string
 	dlqSet      bool
+	batchSize   int           // AddBatch (batch.go)
+	batchWait   time.Duration // AddBatch
+	batchSet    bool
 }
 
 // policy is what the Router does about failing and stuck calls, per

@@ -170,6 +170,11 @@ func NewRouter(opts ...Option) (*Router, error) {
 // sub.Group defaults to name, so that two Routers running the same
 // subscription share its work. Add must be called before Run.
 func (r *Router) Add(name string, s transport.Subscriber, sub transport.Subscription, h handler.Handler, opts ...SubscriptionOption) error {
+	return r.add(name, s, sub, h, nil, opts)
+}
+
+// add registers a subscription; batch is set for AddBatch.
+func (r *Router) add(name string, s transport.Subscriber, sub transport.Subscription, h handler.Handler, batch *batcher, opts []SubscriptionOption) error {
 	cfg := subConfig{concurrency: 16, policy: r.cfg.policy}
 	for _, o := range opts {
 		o.applySubscription(&cfg)
@@ -178,6 +183,9 @@ func (r *Router) Add(name string, s transport.Subscriber, sub transport.Subscrip
 		cfg.maxInFlight = max(1024, cfg.concurrency)
 	}
 	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("ferry: add %q: %w", name, err)
+	}
+	if err := cfg.validateBatch(batch != nil); err != nil {
 		return fmt.Errorf("ferry: add %q: %w", name, err)
 	}
 	if name == "" || s == nil || h == nil {
@@ -201,7 +209,7 @@ func (r *Router) Add(name string, s transport.Subscriber, sub transport.Subscrip
 		return err
 	}
 	r.subs = append(r.subs, &subscription{
-		name: name, subscriber: s, spec: sub, handler: h, cfg: cfg, log: r.cfg.logger.With("subscription", name),
+		name: name, subscriber: s, spec: sub, handler: h, cfg: cfg, log: r.cfg.logger.With("subscription", name), batch: batch,
 	})
 	return nil
 }

@@ -44,6 +44,7 @@ type subscription struct {
 	handler    handler.Handler
 	cfg        subConfig
 	log        *slog.Logger
+	batch      *batcher // AddBatch's (batch.go); nil on Add
 
 	stream     transport.Stream
 	semantics  transport.Semantics
@@ -210,6 +211,9 @@ func (s *subscription) start(intakeCtx, handlerCtx context.Context, tel *telemet
 	s.obs = make([]observation, s.cfg.concurrency)
 	s.done = make(chan struct{})
 	s.wg.Add(len(s.workers))
+	if s.batch != nil {
+		s.batch.start(s)
+	}
 	for i := range s.workers {
 		w := &s.workers[i]
 		w.ctx, w.cancel = context.WithCancel(s.handlerCtx)
@@ -404,6 +408,9 @@ func (s *subscription) next(key string) transport.Delivery {
 func (s *subscription) work(w *worker) {
 	defer s.wg.Done()
 	defer w.cancel()
+	if s.batch != nil {
+		defer s.batch.intakeExit()
+	}
 	for {
 		d, more := s.receive(w)
 		if !more {
@@ -418,6 +425,10 @@ func (s *subscription) work(w *worker) {
 // handle processes d, then, in per-key order, the deliveries filed behind
 // its key meanwhile, until the key is idle.
 func (s *subscription) handle(w *worker, d transport.Delivery) {
+	if s.batch != nil {
+		s.batch.add(d) // the batcher runs it (batch.go)
+		return
+	}
 	for d != nil {
 		key := d.Message().Key
 		if w.handled++; w.handled%8 == 1 { // time one call in 8: reading the clock costs
@@ -592,6 +603,9 @@ func (s *subscription) abandon() (int, []string) {
 				break
 			}
 		}
+	}
+	if s.batch != nil {
+		s.batch.abandon(s, note)
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]

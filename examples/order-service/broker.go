@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -155,6 +156,7 @@ func cleanup(ctx context.Context, t transport.Transport, rawURL string, tp topol
 	for _, c := range consumers {
 		subs = append(subs, tp.sub(c))
 	}
+	subs = append(subs, tp.paymentSub())
 	if replayed {
 		subs = append(subs, tp.replaySub())
 	}
@@ -165,23 +167,23 @@ func cleanup(ctx context.Context, t transport.Transport, rawURL string, tp topol
 	var err error
 	switch tr := t.(type) {
 	case *redisstream.Transport:
-		keys := append([]string{tp.topic()}, dlqs...)
+		keys := append([]string{tp.topic(), tp.paymentTopic()}, dlqs...)
 		err = tr.Client().Del(ctx, keys...).Err()
 	case *rabbitmq.Transport:
-		err = cleanRabbit(ctx, rawURL, tp.topic(), subs)
+		err = cleanRabbit(ctx, rawURL, []string{tp.topic(), tp.paymentTopic()}, subs)
 	case *sqs.Transport:
-		err = deleteQueues(ctx, tr.Client(), append(tp.destinations(), dlqs...))
+		err = deleteQueues(ctx, tr.Client(), append(append(tp.destinations(), tp.paymentTopic()), dlqs...))
 	case *sns.Transport:
 		var queues []string
 		for _, s := range subs {
 			queues = append(queues, sns.QueueName(s.Topic, s.Group))
 		}
 		err = errors.Join(
-			deleteTopics(ctx, tr, append([]string{tp.topic()}, dlqs...)),
+			deleteTopics(ctx, tr, append([]string{tp.topic(), tp.paymentTopic()}, dlqs...)),
 			deleteQueues(ctx, tr.SQS().Client(), append(queues, dlqs...)))
 	case *jetstream.Transport:
 		js := tr.JetStream()
-		for _, subject := range append([]string{tp.topic()}, dlqs...) {
+		for _, subject := range append([]string{tp.topic(), tp.paymentTopic()}, dlqs...) {
 			name, err2 := js.StreamNameBySubject(ctx, subject)
 			if err2 != nil {
 				continue // never made (a DLQ nothing was published to)
@@ -194,7 +196,7 @@ func cleanup(ctx context.Context, t transport.Transport, rawURL string, tp topol
 		}
 	default:
 		if tp.scheme == "kafka" {
-			err = cleanKafka(rawURL, append([]string{tp.topic()}, dlqs...), subs)
+			err = cleanKafka(rawURL, append([]string{tp.topic(), tp.paymentTopic()}, dlqs...), subs)
 			break
 		}
 		return "", nil
@@ -205,10 +207,11 @@ func cleanup(ctx context.Context, t transport.Transport, rawURL string, tp topol
 	return "removed the run's topics, queues, groups and DLQs from the broker (-keep keeps them)", nil
 }
 
-// cleanRabbit deletes the exchange of topic and, per subscription, the
+// cleanRabbit deletes the exchanges of topics (and their delay queues)
+// and, per subscription, the
 // queue "<topic>.<group>", its DLQ and the exchanges that route to them
 // (retry queues expire by themselves).
-func cleanRabbit(ctx context.Context, rawURL, topic string, subs []transport.Subscription) error {
+func cleanRabbit(ctx context.Context, rawURL string, topics []string, subs []transport.Subscription) error {
 	conn, err := amqp.DialConfig(rawURL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 	if err != nil {
 		return errors.New("rabbitmq: dial failed") // the error may quote the URL's password
@@ -233,8 +236,17 @@ func cleanRabbit(ctx context.Context, rawURL, topic string, subs []transport.Sub
 			}
 		}
 	}
-	if err := ch.ExchangeDelete(topic, false, false); err != nil {
-		errs = append(errs, err)
+	for _, topic := range topics {
+		// The payment deadlines' delay queue (rabbitmq.Transport.PublishAt)
+		// and its auto-delete exchange.
+		delay := topic + ".delay." + strconv.Itoa(int(PaymentWindow/time.Second)) + "s"
+		if _, err := ch.QueueDelete(delay, false, false, false); err != nil {
+			return err
+		}
+		if err := ch.ExchangeDelete(topic, false, false); err != nil {
+			errs = append(errs, err)
+			break // the channel is closed after an error
+		}
 	}
 	return errors.Join(errs...)
 }

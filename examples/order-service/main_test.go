@@ -91,7 +91,8 @@ func TestFaultsOff(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	want := counts{Placed: 30, Reserved: 30, Emails: 30, FraudChecks: expect(cfg).FraudChecks, Analytics: 30, Units: expect(cfg).Units}
+	want := counts{Placed: 30, Reserved: 30, Emails: 30, FraudChecks: expect(cfg).FraudChecks, Analytics: 30, Units: expect(cfg).Units,
+		Deadlines: 30, Cancelled: 1}
 	if want.FraudChecks == 0 || want.FraudChecks == 30 {
 		t.Fatalf("demo data has %d of 30 orders over %d: the fraud filter is not exercised", want.FraudChecks, FraudThreshold)
 	}

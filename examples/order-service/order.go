@@ -110,3 +110,20 @@ func placedMessage(o OrderPlaced, body []byte, topic string) *handler.Message {
 	return &handler.Message{ID: eventID(o), Key: orderKey(o), Topic: topic, Payload: body,
 		Headers: map[string]string{headerType: "OrderPlaced", "content-type": "application/json", headerBand: band(o.Total)}}
 }
+
+// PaymentWindow is how long an order may stay unpaid: the checkout
+// schedules each order's PaymentDue this long after placing it (a delayed
+// message), and the payments consumer cancels the order if it is unpaid
+// by then.
+const PaymentWindow = 2 * time.Second
+
+// unpaidOrder is the order number the demo's customer never pays.
+const unpaidOrder = 2
+
+// paymentDueMessage is the delayed PaymentDue of o for topic: its ID is
+// the dedupe key of the deadline, its Key the order's.
+func paymentDueMessage(o OrderPlaced, topic string) *handler.Message {
+	return &handler.Message{ID: "due-" + o.Shop + "-" + o.OrderID, Key: orderKey(o), Topic: topic,
+		Payload: []byte(`{"order_id":"` + o.OrderID + `"}`),
+		Headers: map[string]string{headerType: "PaymentDue", "content-type": "application/json"}}
+}

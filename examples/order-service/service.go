@@ -44,18 +44,21 @@ func defaultConfig() config {
 
 // service is one run of the example.
 type service struct {
-	cfg    config
-	out    io.Writer
-	log    *slog.Logger
-	t      transport.Transport
-	pub    transport.Publisher // t, instrumented with -http: the relay and the DLQs publish through it
-	obs    *observability      // nil without -http
-	tel    *telemetry.Telemetry
-	st     store
-	tp     topology
-	faults faults
-	tally  *tally
-	lost   *loseAck
+	cfg config
+	out io.Writer
+	log *slog.Logger
+	t   transport.Transport
+	pub transport.Publisher // t, instrumented with -http: the relay and the DLQs publish through it
+	// delayer delays the payment deadlines: t, or the PostgreSQL scheduler
+	// (payments.go).
+	delayer transport.DelayPublisher
+	obs     *observability // nil without -http
+	tel     *telemetry.Telemetry
+	st      store
+	tp      topology
+	faults  faults
+	tally   *tally
+	lost    *loseAck
 	// effect, when set, is told of each effect of email, fraud and
 	// analytics once it is done, and its error fails the handler: the
 	// tests' simulator (sim_test.go) records the effects there and injects
@@ -164,6 +167,14 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 		fmt.Fprintf(out, "fan-out: this broker gives each queue to one group, so the checkout sends every event to each consumer's queue\n")
 	}
 
+	// The payment deadlines are delayed messages.
+	delayer, stopDelayer, err := s.openDelayer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.delayer = delayer
+	defer stopDelayer()
+
 	// The relay publishes what the checkout commits.
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
@@ -241,6 +252,10 @@ func run(ctx context.Context, cfg config, out io.Writer, logger *slog.Logger) (*
 			return nil, ctx.Err()
 		}
 	}
+	s.tally.mu.Lock()
+	batches := s.tally.batches
+	s.tally.mu.Unlock()
+	s.say(false, "analytics: counted %d events in %d batches", want.Analytics, batches)
 	if err := s.replayAnalytics(ctx, sum); err != nil {
 		_ = closeAll()
 		return nil, err
@@ -300,6 +315,15 @@ func (s *service) checkout(ctx context.Context) error {
 		}
 		if err := s.st.checkout(ctx, o, events); err != nil {
 			return fmt.Errorf("checkout %s: %w", o.OrderID, err)
+		}
+		if n != unpaidOrder {
+			s.tally.add(func(*counts) { s.tally.paid[n] = true }) // the customer pays at once
+		}
+		if s.delayer == nil {
+			continue // the simulator (sim_test.go) runs no payments consumer
+		}
+		if err := transport.PublishAt(ctx, s.delayer, paymentDueMessage(o, s.tp.paymentTopic()), time.Now().Add(PaymentWindow)); err != nil {
+			return fmt.Errorf("checkout %s: schedule the payment deadline: %w", o.OrderID, err)
 		}
 		s.tally.add(func(c *counts) { c.Placed++ })
 	}
@@ -373,6 +397,8 @@ func (s *service) handlerFor(name string) (handler.Handler, error) {
 		return s.dedupedHandler(name)
 	case "analytics":
 		return s.analyticsHandler()
+	case paymentsName:
+		return s.paymentsHandler()
 	}
 	return nil, fmt.Errorf("order-service: no consumer %q", name)
 }
@@ -518,6 +544,19 @@ func (s *service) startOthers(ctx context.Context) (*ferry.Router, chan error, e
 		s.obs.others.Store(r)
 	}
 	for _, name := range consumers[1:] {
+		if name == "analytics" {
+			// Analytics consumes in batches: the stack acts per message
+			// around the batch, the batch handler counts a batch at once.
+			stack, err := s.analyticsStack()
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := r.AddBatch(name, s.t, s.tp.sub(name), stack, handler.BatchHandlerFunc(s.analyticsBatch),
+				append(subscriptionOptions(name), ferry.BatchSize(50), ferry.BatchWait(20*time.Millisecond))...); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
 		h, err := s.handlerFor(name)
 		if err != nil {
 			return nil, nil, err
@@ -525,6 +564,13 @@ func (s *service) startOthers(ctx context.Context) (*ferry.Router, chan error, e
 		if err := r.Add(name, s.t, s.tp.sub(name), h, subscriptionOptions(name)...); err != nil {
 			return nil, nil, err
 		}
+	}
+	h, err := s.handlerFor(paymentsName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.Add(paymentsName, s.t, s.tp.paymentSub(), h, ferry.Unordered()); err != nil {
+		return nil, nil, err
 	}
 	return startRouter(ctx, r)
 }
@@ -549,14 +595,44 @@ func (s *service) dedupedHandler(name string) (handler.Handler, error) {
 	return onlyHighValue(s.lost.wrap("fraud", stack(handler.JSON(s.fraud)))), nil
 }
 
-// analyticsHandler is analytics' chain: the Recommended stack alone; it
-// counts distinct IDs.
+// analyticsStack is analytics' per-message middleware: the Recommended
+// stack alone.
+func (s *service) analyticsStack() (handler.Middleware, error) {
+	return middleware.Recommended(s.dlqPublisher(), s.stackOptions()...)
+}
+
+// analyticsHandler is analytics' chain one message at a time (the
+// simulator's, sim_test.go): the stack around analytics. The running
+// service consumes in batches (startOthers, analyticsBatch).
 func (s *service) analyticsHandler() (handler.Handler, error) {
-	stack, err := middleware.Recommended(s.dlqPublisher(), s.stackOptions()...)
+	stack, err := s.analyticsStack()
 	if err != nil {
 		return nil, err
 	}
 	return stack(handler.HandlerFunc(s.analytics)), nil
+}
+
+// analyticsBatch counts a batch of events at once: each distinct event
+// once, however often it comes. Each message gets its own result: an
+// effect that failed for one event fails that event alone, for the stack
+// to retry.
+func (s *service) analyticsBatch(ctx context.Context, msgs []*handler.Message) error {
+	s.tally.mu.Lock()
+	for _, m := range msgs {
+		if !s.tally.seen[m.ID] {
+			s.tally.seen[m.ID] = true
+			s.tally.c.Analytics++
+		}
+	}
+	s.tally.batches++
+	s.tally.mu.Unlock()
+	fail := map[int]error{}
+	for i, m := range msgs {
+		if err := s.did(ctx, "analytics", m.ID); err != nil {
+			fail[i] = err
+		}
+	}
+	return handler.BatchErrors(len(msgs), fail)
 }
 
 // cause returns the innermost error of err's chain: what the handler said,

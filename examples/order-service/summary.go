@@ -22,13 +22,18 @@ type counts struct {
 	Released     int64 // parked keys released after the fix
 	DeadLettered int64 // distinct messages dead-lettered
 	Restarts     int64 // consumer restarts
+	Deadlines    int64 // payment deadlines handled (delayed messages)
+	Cancelled    int64 // unpaid orders cancelled at their deadline
 }
 
 // expect returns the counts a run of cfg must end with.
 func expect(cfg config) counts {
 	f := planFaults(cfg)
 	n := int64(cfg.orders)
-	c := counts{Placed: n, Reserved: n, Emails: n, Analytics: n}
+	c := counts{Placed: n, Reserved: n, Emails: n, Analytics: n, Deadlines: n}
+	if cfg.orders >= unpaidOrder {
+		c.Cancelled = 1
+	}
 	for i := 1; i <= cfg.orders; i++ {
 		o := newOrder("", i)
 		over := o.Total > FraudThreshold
@@ -66,6 +71,7 @@ func exceeded(got, want counts) string {
 		{"analytics events", got.Analytics, want.Analytics}, {"duplicates skipped", got.Duplicates, want.Duplicates},
 		{"keys parked", got.Parked, want.Parked}, {"keys released", got.Released, want.Released},
 		{"messages dead-lettered", got.DeadLettered, want.DeadLettered}, {"restarts", got.Restarts, want.Restarts},
+		{"payment deadlines", got.Deadlines, want.Deadlines}, {"orders cancelled", got.Cancelled, want.Cancelled},
 	} {
 		if c.got > c.want {
 			return fmt.Sprintf("%s: %d, want %d", c.name, c.got, c.want)
@@ -115,6 +121,8 @@ func (s *summary) What() string {
 	fmt.Fprintf(&b, "  %s placed; inventory reserved %d, each once (%d units); email sent %s; fraud checked %s over %d; analytics counted %s.\n",
 		plural(c.Placed, "order"), c.Reserved, c.Units, plural(c.Emails, "confirmation"),
 		plural(c.FraudChecks, "order"), FraudThreshold, plural(c.Analytics, "event"))
+	fmt.Fprintf(&b, "  Payment deadlines (messages delayed %s at checkout) came for %s; %s unpaid, cancelled.\n",
+		PaymentWindow, plural(c.Deadlines, "order"), plural(c.Cancelled, "order"))
 	if !f.on {
 		fmt.Fprintln(&b, "  No faults injected (-faults=false).")
 		return b.String()
@@ -233,10 +241,14 @@ type tally struct {
 	extra        int64
 	deadLettered map[string]bool // IDs
 	seen         map[string]bool // analytics: distinct IDs
+	batches      int             // analytics: batches handled
+	paid         map[int]bool    // orders paid at checkout
+	deadlines    map[int]bool    // orders whose payment deadline came
 }
 
 func newTally() *tally {
-	return &tally{skipped: map[string]bool{}, deadLettered: map[string]bool{}, seen: map[string]bool{}}
+	return &tally{skipped: map[string]bool{}, deadLettered: map[string]bool{}, seen: map[string]bool{},
+		paid: map[int]bool{}, deadlines: map[int]bool{}}
 }
 
 func (t *tally) add(f func(c *counts)) {

@@ -153,11 +153,17 @@ type inboxTx struct {
 // attempt that ended the transaction's usability with an SQL error does
 // not poison the next. Calls within one attempt return the same pgx.Tx.
 //
+// In a batch handler under middleware.DedupeBatch, it returns the batch's
+// one transaction, which holds every message's claim.
+//
 // Use it only during the handler call, from one goroutine at a time (a
 // pgx.Tx is one connection). Its Commit and Rollback return [ErrTxOwned]:
 // the middleware ends the transaction. Do not change the transaction's
 // isolation or session state in ways the claim would not survive.
 func Tx(ctx context.Context) (pgx.Tx, error) {
+	if tx, ok := batchTxFrom(ctx); ok { // middleware.DedupeBatch's (inbox_batch.go)
+		return tx, nil
+	}
 	c, ok := idempotency.FromContext(ctx)
 	if !ok {
 		return nil, fmt.Errorf("pgstore: Tx: %w", idempotency.ErrNotInDedupe)

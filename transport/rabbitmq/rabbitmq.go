@@ -33,6 +33,8 @@ type Transport struct {
 	mu      sync.Mutex
 	streams map[*stream]struct{}
 	closed  bool
+
+	delay delayState // delay.go
 }
 
 var (

@@ -60,6 +60,7 @@ type Transport struct {
 
 	trimmed      atomic.Int64
 	deadLettered atomic.Int64
+	delay        delayState // delay.go
 }
 
 // New connects to the Redis server of rawURL (redis://… or rediss://…; see
@@ -224,6 +225,7 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 	t.streams[s] = struct{}{}
 	t.mu.Unlock()
 	s.start(ctx)
+	t.delay.start(t) // delay.go: consumers move due delayed messages
 	return s, nil
 }
 

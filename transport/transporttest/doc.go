@@ -193,6 +193,14 @@
 //     permanent error, seen once, and does not hold up the other messages,
 //     even of its own Key. A tiny middleware records permanent errors and
 //     acks them, standing in for dead-lettering.
+//   - Batch/Poison: 100 messages through ferry.Router.AddBatch, one of
+//     which the batch handler refuses: per-message DeadLetter
+//     dead-letters it alone, once; the 99 others are handled once each
+//     and acked (the group's next consumer gets none of them back), and
+//     the poison shared its batch with others.
+//   - Batch/PerKey: 2,000 messages over 100 keys through batches of up
+//     to 64 at Concurrency 16: no batch holds two messages of one key,
+//     each key's arrive in publish order, each once.
 //   - Restart (with a [Restarter]): acked messages stay acked, and unacked
 //     and unconsumed ones are delivered, after the broker restarts (the
 //     consumer leaves with at most MaxUnsettled unacked).

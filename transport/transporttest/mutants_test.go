@@ -41,6 +41,8 @@ var mutants = []struct {
 	{"hold-back", "Ordering/PerKeyRouter", "per-key order broken"},
 	{"ack-noop", "Ack", "was acked before the consumer left, but was delivered again"},
 	{"ack-noop", "Router/Drain", "handled and acked by the draining Router, but came again"},
+	{"ack-noop", "Batch/Poison", "was handled and acked in a batch, but came again"},
+	{"key-scatter", "Batch/PerKey", "per-key order broken through batches"},
 	{"close-acks", "Ack", "not redelivered to the next consumer"},
 	{"nack-acks", "Redelivery/OnNack", "redelivery 1 after Nack"},
 	{"nack-no-delay", "NackDelay", "before the delay passed"},

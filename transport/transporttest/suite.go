@@ -111,6 +111,9 @@ var parallelCases = []testCase{
 	{"Close", (*suite).testClose},
 	{"Router/Drain", (*suite).testRouterDrain},
 	{"Router/Poison", (*suite).testRouterPoison},
+	{"Batch/Poison", (*suite).testBatchPoison},
+	{"Batch/PerKey", (*suite).testBatchPerKey},
+	{"Delay", (*suite).testDelay},
 }
 
 // suite is the state shared by the cases of one Run.
