@@ -97,7 +97,7 @@ func (t *Transport) PublishAt(ctx context.Context, m *handler.Message, at time.T
 	if err := t.declareDelay(ctx, m.Topic, name, secs); err != nil {
 		return err
 	}
-	w, err := p.write(ctx, name, rk, pub, false)
+	w, err := p.write(ctx, name, rk, pub, false, publishReserve) // it comes back through a dead-lettering, as a retried message does
 	if err != nil {
 		return err
 	}
