@@ -66,32 +66,9 @@ func (t *Transport) PublishAt(ctx context.Context, m *handler.Message, at time.T
 	p := t.pub
 	p.inflight.Add(1)
 	defer p.inflight.Add(-1)
-	if p.closed.Load() {
-		return transport.ErrClosed
-	}
-	if m.Topic == "" {
-		return fmt.Errorf("%w: rabbitmq: publish: empty Topic", transport.ErrInvalidMessage)
-	}
-	if max := t.cfg.maxPayload; max > 0 && len(m.Payload) > max {
-		return fmt.Errorf("rabbitmq: publish %s: %d bytes: %w", m.Topic, len(m.Payload), transport.ErrTooLarge)
-	}
-	// The routing key and properties Publish would use (publisher.prepare).
-	rk := m.Key
-	if t.cfg.routingKey != nil {
-		rk = t.cfg.routingKey(m)
-	}
-	if n := t.shardsOf(m.Topic); n > 1 {
-		rk = strconv.Itoa(shardOf(m.Key, n)) + "." + rk
-	}
-	if err := checkMessage(m, rk); err != nil {
-		return fmt.Errorf("rabbitmq: publish %s: %w", m.Topic, err)
-	}
-	pub := toPublishing(m, time.Now())
-	if m.Key == "" && rk != "" {
-		if pub.Headers == nil {
-			pub.Headers = amqp.Table{}
-		}
-		pub.Headers[transport.HeaderKey] = ""
+	rk, pub, err := p.encode(m) // as Publish would send it
+	if err != nil {
+		return err
 	}
 	name := m.Topic + ".delay." + strconv.FormatInt(secs, 10) + "s"
 	if err := t.declareDelay(ctx, m.Topic, name, secs); err != nil {

@@ -249,14 +249,24 @@ func (p *publisher) publish(ctx context.Context, m *handler.Message) error {
 
 // prepare checks m and writes it.
 func (p *publisher) prepare(ctx context.Context, m *handler.Message) (pending, error) {
+	rk, pub, err := p.encode(m)
+	if err != nil {
+		return pending{}, err
+	}
+	return p.write(ctx, m.Topic, rk, pub, true, publishReserve)
+}
+
+// encode checks m and returns its routing key and AMQP message: the one
+// encoding of Publish, PublishAsync and PublishAt.
+func (p *publisher) encode(m *handler.Message) (string, amqp.Publishing, error) {
 	if p.closed.Load() {
-		return pending{}, transport.ErrClosed
+		return "", amqp.Publishing{}, transport.ErrClosed
 	}
 	if m.Topic == "" {
-		return pending{}, fmt.Errorf("%w: rabbitmq: publish: empty Topic", transport.ErrInvalidOption)
+		return "", amqp.Publishing{}, fmt.Errorf("%w: rabbitmq: publish: empty Topic", transport.ErrInvalidOption)
 	}
 	if max := p.t.cfg.maxPayload; max > 0 && len(m.Payload) > max {
-		return pending{}, fmt.Errorf("rabbitmq: publish %s: %d bytes: %w", m.Topic, len(m.Payload), transport.ErrTooLarge)
+		return "", amqp.Publishing{}, fmt.Errorf("rabbitmq: publish %s: %d bytes: %w", m.Topic, len(m.Payload), transport.ErrTooLarge)
 	}
 	rk := m.Key
 	if p.t.cfg.routingKey != nil {
@@ -266,7 +276,7 @@ func (p *publisher) prepare(ctx context.Context, m *handler.Message) (pending, e
 		rk = strconv.Itoa(shardOf(m.Key, n)) + "." + rk
 	}
 	if err := checkMessage(m, rk); err != nil {
-		return pending{}, fmt.Errorf("rabbitmq: publish %s: %w", m.Topic, err)
+		return "", amqp.Publishing{}, fmt.Errorf("rabbitmq: publish %s: %w", m.Topic, err)
 	}
 	pub := toPublishing(m, time.Now())
 	if m.Key == "" && rk != "" {
@@ -276,7 +286,7 @@ func (p *publisher) prepare(ctx context.Context, m *handler.Message) (pending, e
 		}
 		pub.Headers[transport.HeaderKey] = ""
 	}
-	return p.write(ctx, m.Topic, rk, pub, true, publishReserve)
+	return rk, pub, nil
 }
 
 // send publishes pub and waits for its confirm. With declare it first
