@@ -27,6 +27,16 @@
 // whose Requires finds its broker unreachable is skipped (failed under
 // FERRY_REQUIRE_BROKERS=1). -short skips the kit.
 //
+// A plain `go test ./...` (and so CI) runs the core's groups, core and
+// batch. Each transport's group (kafka, rabbitmq, redisstream, sqs, sns,
+// mqtt, forward, jetstream, console) needs its broker and minutes of
+// builds (about twenty minutes for all of them on this project's loaded
+// two-core machine), more than CI's
+// budget; run them on demand, all or some:
+//
+//	FERRY_REQUIRE_BROKERS=1 FERRY_MUTANTS=all go test -count=1 -timeout 2h ./internal/mutation/
+//	FERRY_REQUIRE_BROKERS=1 FERRY_MUTANTS=kafka,sqs go test -count=1 ./internal/mutation/
+//
 // # Adding mutants
 //
 // The core's mutants are in core_test.go, one [Mutant] literal each (see
