@@ -140,6 +140,10 @@ func tallyEffects(t *testing.T, pool *pgxpool.Pool, run string, sc scenario, res
 		}
 		if seq < highest[key] {
 			res.OrderViolations++
+			if res.OrderViolations <= 10 {
+				t.Logf("order violation: %s (key %s, seq %d) first applied at %s, after seq %d of its key",
+					id, key, seq, at.Format(time.RFC3339Nano), highest[key])
+			}
 		}
 		highest[key] = max(highest[key], seq)
 	}
@@ -152,8 +156,11 @@ func tallyEffects(t *testing.T, pool *pgxpool.Pool, run string, sc scenario, res
 	}
 	for key := range sc.keys {
 		for seq := 1; seq <= sc.perKey; seq++ {
-			if !seen[eventID(run, key, seq)] {
+			if id := eventID(run, key, seq); !seen[id] {
 				res.Lost++
+				if res.Lost <= 10 {
+					t.Logf("lost: %s", id)
+				}
 			}
 		}
 	}
