@@ -73,6 +73,19 @@ type LagReporter interface {
 	Lag(ctx context.Context, sub Subscription) ([]Lag, error)
 }
 
+// GroupRemover deletes a consumer group's state on the broker, for a group
+// no longer used (a tail's, a finished job's): brokers whose groups outlive
+// their members (Kafka groups, Redis Streams consumer groups, JetStream
+// durable consumers) otherwise keep it, and its lag grows for ever in every
+// dashboard. It is optional: find it with a type assertion.
+type GroupRemover interface {
+	// RemoveGroup deletes sub.Group's committed position on sub.Topic
+	// (every partition, shard or partition consumer). A group that does
+	// not exist is an error wrapping ErrNotFound. Where the broker can
+	// tell, a group with live members is refused.
+	RemoveGroup(ctx context.Context, sub Subscription) error
+}
+
 // Lag is how far one partition (shard, queue) of a group is behind.
 type Lag struct {
 	Partition string        // partition, shard or queue name

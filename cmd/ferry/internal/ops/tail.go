@@ -10,7 +10,6 @@ import (
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/rabbitmq"
-	"github.com/ferrymq/ferry/transport/redisstream"
 )
 
 // ErrCannotTail is wrapped by [Tail] where following a topic would take
@@ -25,8 +24,9 @@ const TailGroupPrefix = "ferry-tail-"
 // follows, and calls fn for each message, until ctx
 // ends or fn returns an error. It reads with a group of its own (a fresh
 // name under TailGroupPrefix), so it takes no message from anyone: on
-// Kafka, Redis Streams, NATS and memory a new group reading from the end
-// (Redis Streams' group is destroyed at the end); on RabbitMQ a
+// Kafka, Redis Streams, NATS and memory a new group reading from the end,
+// removed at the end where the broker keeps groups
+// ([transport.GroupRemover]); on RabbitMQ a
 // server-named exclusive auto-delete queue bound to the topic's exchange
 // (rawURL is the transport's URL, for that connection); on MQTT a plain subscription; on SNS a queue
 // of its own. Where a queue is its consumers' only group (a plain SQS
@@ -59,12 +59,10 @@ func Tail(ctx context.Context, t transport.Transport, rawURL, topic string, read
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = s.Close(cctx)
-		if rs, ok := t.(*redisstream.Transport); ok {
-			if ls, err := rs.Lag(cctx, sub); err == nil {
-				for _, l := range ls {
-					_ = rs.Client().XGroupDestroy(cctx, l.Partition, group).Err()
-				}
-			}
+		// The tail's group goes with it (Kafka group, Redis Streams
+		// group, JetStream consumers), so no stale group's lag grows.
+		if rm, ok := t.(transport.GroupRemover); ok {
+			_ = rm.RemoveGroup(cctx, sub)
 		}
 	}()
 	if ready != nil {
