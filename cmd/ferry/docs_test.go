@@ -195,7 +195,11 @@ func TestOperationsDoc(t *testing.T) {
 				shownArgs = strings.Replace(shownArgs, "redis://", "'redis://", 1) + "'"
 			}
 		}
-		block := "```console\n$ ferry " + shownArgs + "\n" + normalize(out, names) + "```\n"
+		shown := normalize(out, names)
+		if st.name == "semantics" {
+			shown = out // declared, not measured: its durations (the delay's precision) are the code's
+		}
+		block := "```console\n$ ferry " + shownArgs + "\n" + shown + "```\n"
 		marker := "<!-- ferry: " + st.name + " -->\n"
 		i := strings.Index(page, marker)
 		if i < 0 {

@@ -214,7 +214,10 @@
 //     in RFC 3339, byte arrays as text (base64 when not UTF-8), tables and
 //     arrays, such as x-death, as JSON. x-delivery-count becomes
 //     Facts.Attempt rather than a header; headers named x-ferry-* are the
-//     transport's own and are hidden.
+//     transport's own and are hidden. The x-death entries (and
+//     x-first-death-*, x-last-death-*) of a PublishAt delay queue are
+//     hidden too: a delayed message arrives with the headers it was
+//     published with.
 //   - A queue with a single active consumer (the default) serves
 //     basic.consume only: RabbitMQ refuses basic.get on it
 //     (RESOURCE_LOCKED), so other clients consume rather than get.

@@ -300,6 +300,18 @@ func fromDelivery(m *handler.Message, d *amqp.Delivery, topic string) {
 		case hdrPrior, hdrTopic, hdrQueue, "x-delivery-count":
 			// Private, or read into Facts.Attempt.
 			continue
+		case "x-death":
+			if v = withoutDelayDeaths(v); v == nil {
+				continue
+			}
+		case "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason":
+			if isDelayQueue(headerString(d.Headers["x-first-death-queue"])) {
+				continue
+			}
+		case "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason":
+			if isDelayQueue(headerString(d.Headers["x-last-death-queue"])) {
+				continue
+			}
 		}
 		h[k] = headerString(v)
 	}
@@ -332,6 +344,58 @@ func fromDelivery(m *handler.Message, d *amqp.Delivery, topic string) {
 	} else {
 		m.Headers = nil
 	}
+}
+
+// withoutDelayDeaths returns the x-death value v without the entries of
+// PublishAt's delay queues (see isDelayDeath), nil when none is left: a
+// delayed message reaches its consumer through the delay queue's
+// dead-lettering, and its handler sees the headers that were published,
+// not that trip. Entries of other queues (a retry queue, a DLQ) stay.
+func withoutDelayDeaths(v any) any {
+	deaths, ok := v.([]any)
+	if !ok {
+		return v
+	}
+	kept := make([]any, 0, len(deaths))
+	for _, e := range deaths {
+		if !isDelayDeath(e) {
+			kept = append(kept, e)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return kept
+}
+
+// isDelayDeath reports whether x-death entry e records a message expiring
+// from one of PublishAt's delay queues: reason expired, published to the
+// delay exchange of the queue's own name (declareDelay binds them so),
+// the queue named "<topic>.delay.<s>s".
+func isDelayDeath(e any) bool {
+	t, ok := e.(amqp.Table)
+	if !ok {
+		return false
+	}
+	q, _ := t["queue"].(string)
+	x, _ := t["exchange"].(string)
+	r, _ := t["reason"].(string)
+	return r == "expired" && q == x && isDelayQueue(q)
+}
+
+// isDelayQueue reports whether q is named as PublishAt's delay queues are:
+// "<topic>.delay.<s>s", s a positive whole number of seconds.
+func isDelayQueue(q string) bool {
+	i := strings.LastIndex(q, ".delay.")
+	if i <= 0 {
+		return false
+	}
+	secs, ok := strings.CutSuffix(q[i+len(".delay."):], "s")
+	if !ok || secs == "" {
+		return false
+	}
+	n, err := strconv.ParseUint(secs, 10, 64)
+	return err == nil && n > 0 && strconv.FormatUint(n, 10) == secs
 }
 
 // attemptOf is the 1-based attempt of d, delivered from queue (of type

@@ -30,9 +30,29 @@ type SemanticsRow struct {
 	Headers         bool   `json:"headers"`
 	MaxPayload      int    `json:"max_payload"`
 	RedeliveryDelay string `json:"redelivery_delay"`
+	// Delay is the transport's delayed publish ([transport.DelayPublisher]),
+	// nil where it has none (package schedule delays for it).
+	Delay *DelayRow `json:"delay,omitempty"`
 	// ProvedBy names the conformance test that proves the row, in the
 	// generated table of the docs.
 	ProvedBy string `json:"proved_by,omitempty"`
+}
+
+// DelayRow is a [transport.DelaySemantics], as the table prints it.
+type DelayRow struct {
+	Max       string `json:"max"` // "no limit" for 0
+	Precision string `json:"precision"`
+	Mechanism string `json:"mechanism"`
+	Durable   bool   `json:"durable"`
+}
+
+// DelayOf turns ds into a row's delay columns.
+func DelayOf(ds transport.DelaySemantics) *DelayRow {
+	maxd := "no limit"
+	if ds.Max > 0 {
+		maxd = ds.Max.String()
+	}
+	return &DelayRow{Max: maxd, Precision: ds.Precision.String(), Mechanism: ds.Mechanism, Durable: ds.Durable}
 }
 
 // RowOf turns sem into a row labelled config.
@@ -61,7 +81,11 @@ func Declared(t transport.Transport, config, topic, group string) (SemanticsRow,
 	if err != nil {
 		return SemanticsRow{}, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	return RowOf(config, sem), nil
+	r := RowOf(config, sem)
+	if dp, ok := t.(transport.DelayPublisher); ok {
+		r.Delay = DelayOf(dp.DelaySemantics())
+	}
+	return r, nil
 }
 
 // DeclaredURL opens rawURL and returns its declared semantics.
@@ -97,8 +121,8 @@ func yes(b bool) string {
 // Markdown renders rows as the table of docs/transports/README.md.
 func Markdown(rows []SemanticsRow) string {
 	var b strings.Builder
-	b.WriteString("| configuration | Ordering | Ack | Redelivery | NackDelay | Broker attempts | Extend | NativeDLQ | FanOut | Replay | Headers | MaxPayload | proved by |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| configuration | Ordering | Ack | Redelivery | NackDelay | Broker attempts | Extend | NativeDLQ | FanOut | Replay | Headers | MaxPayload | Delay: longest | Delay: precision | Delay: mechanism | proved by |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		maxp := "-"
 		if r.MaxPayload > 0 {
@@ -108,8 +132,15 @@ func Markdown(rows []SemanticsRow) string {
 		if proved == "" {
 			proved = "-"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Config, r.Ordering, r.Ack, r.Redelivery,
-			yes(r.NackDelay), yes(r.Attempts), yes(r.Extend), yes(r.NativeDLQ), yes(r.FanOut), yes(r.Replay), yes(r.Headers), maxp, proved)
+		dmax, dprec, dmech := "-", "-", "none (package schedule)"
+		if d := r.Delay; d != nil {
+			dmax, dprec, dmech = d.Max, d.Precision, d.Mechanism
+			if !d.Durable {
+				dmech += " (not durable)"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Config, r.Ordering, r.Ack, r.Redelivery,
+			yes(r.NackDelay), yes(r.Attempts), yes(r.Extend), yes(r.NativeDLQ), yes(r.FanOut), yes(r.Replay), yes(r.Headers), maxp, dmax, dprec, dmech, proved)
 	}
 	return b.String()
 }
