@@ -160,11 +160,11 @@ func isRatio(unit string) bool {
 
 // figures formats a result's ratios (ratios true) or its other metrics,
 // leaving out go test's ns/op, which for these benchmarks times the whole
-// run rather than one operation.
+// run rather than one operation, and a MB/s of 0 (no SetBytes).
 func figures(r result, ratios bool) string {
 	var parts []string
 	for _, m := range r.metrics {
-		if m.unit == "ns/op" || isRatio(m.unit) != ratios {
+		if m.unit == "ns/op" || (m.unit == "MB/s" && m.value == 0) || isRatio(m.unit) != ratios {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s %s", format(m.value), m.unit))
