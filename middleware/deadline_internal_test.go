@@ -65,7 +65,7 @@ func TestDeadlineCtx(t *testing.T) {
 		c := newDeadlineCtx(context.Background(), time.Hour)
 		d := c.Done()
 		c.stop()
-		<-d
+		closed(t, d, "after stop")
 		if !errors.Is(c.Err(), context.Canceled) {
 			t.Fatalf("Err after stop = %v, want Canceled", c.Err())
 		}
@@ -74,7 +74,7 @@ func TestDeadlineCtx(t *testing.T) {
 		if !errors.Is(c2.Err(), context.Canceled) {
 			t.Fatalf("Err after stop, never observed = %v, want Canceled", c2.Err())
 		}
-		<-c2.Done()
+		closed(t, c2.Done(), "observed after stop")
 	})
 	t.Run("earlier parent deadline wins", func(t *testing.T) {
 		parent, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -95,4 +95,14 @@ func TestDeadlineCtx(t *testing.T) {
 			t.Fatalf("Value = %v, want v", c.Value(key{}))
 		}
 	})
+}
+
+// closed fails the test unless d closes within a second.
+func closed(t *testing.T, d <-chan struct{}, when string) {
+	t.Helper()
+	select {
+	case <-d:
+	case <-time.After(time.Second):
+		t.Fatalf("Done not closed %s", when)
+	}
 }
