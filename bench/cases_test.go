@@ -35,6 +35,9 @@ type side struct {
 	name string
 	n    int
 	make func(b *testing.B, br *memory.Transport, done func(m *handler.Message)) (handler.Handler, []ferry.SubscriptionOption)
+	// batch, when set instead of make, runs the side through
+	// Router.AddBatch: per-message middleware, the batch handler, options.
+	batch func(b *testing.B, br *memory.Transport, done func(m *handler.Message)) (handler.Middleware, handler.BatchHandler, []ferry.SubscriptionOption)
 }
 
 // outcome is one round of one side.
@@ -63,16 +66,24 @@ func round(b *testing.B, s side, r, partitions, keys int) outcome {
 	}
 	var count atomic.Int64
 	finished := make(chan struct{})
-	h, opts := s.make(b, br, func(*handler.Message) {
+	done := func(*handler.Message) {
 		if count.Add(1) == int64(s.n) {
 			close(finished)
 		}
-	})
+	}
 	rt, err := ferry.NewRouter()
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := rt.Add("bench", br, transport.Subscription{Topic: "orders", Group: "bench", StartAtOldest: true}, h, opts...); err != nil {
+	spec := transport.Subscription{Topic: "orders", Group: "bench", StartAtOldest: true}
+	if s.batch != nil {
+		mw, bh, opts := s.batch(b, br, done)
+		err = rt.AddBatch("bench", br, spec, mw, bh, opts...)
+	} else {
+		h, opts := s.make(b, br, done)
+		err = rt.Add("bench", br, spec, h, opts...)
+	}
+	if err != nil {
 		b.Fatal(err)
 	}
 	runtime.GC()
@@ -143,7 +154,7 @@ func median(xs []float64) float64 {
 
 // plain is a side whose chain is a no-op handler wrapped by mw (nil: none).
 func plain(name string, n int, mw func(b *testing.B, br *memory.Transport) handler.Middleware, opts ...ferry.SubscriptionOption) side {
-	return side{name, n, func(b *testing.B, br *memory.Transport, done func(*handler.Message)) (handler.Handler, []ferry.SubscriptionOption) {
+	return side{name: name, n: n, make: func(b *testing.B, br *memory.Transport, done func(*handler.Message)) (handler.Handler, []ferry.SubscriptionOption) {
 		var h handler.Handler = handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
 			done(m)
 			return nil
@@ -164,7 +175,7 @@ func plain(name string, n int, mw func(b *testing.B, br *memory.Transport) handl
 func BenchmarkPerKeyConcurrency(b *testing.B) {
 	var misordered atomic.Int64
 	ordered := func(name string, n, workers int) side {
-		return side{name, n, func(b *testing.B, _ *memory.Transport, done func(*handler.Message)) (handler.Handler, []ferry.SubscriptionOption) {
+		return side{name: name, n: n, make: func(b *testing.B, _ *memory.Transport, done func(*handler.Message)) (handler.Handler, []ferry.SubscriptionOption) {
 			var mu sync.Mutex
 			last := map[string]int{}
 			return handler.HandlerFunc(func(_ context.Context, m *handler.Message) error {
@@ -208,7 +219,9 @@ func BenchmarkRecommendedStack(b *testing.B) {
 // BenchmarkDedupeCost measures middleware.Recommended with Deduplicate on
 // the memory transport (16 workers, 1,000 keys, every message new): no
 // store, the in-memory store, the Redis store and the PostgreSQL Inbox
-// (a transaction per message, the handler's effects in it). Each
+// (a transaction per message, the handler's effects in it), and the
+// Inbox on the batch path (Router.AddBatch, DedupeBatch: one transaction
+// per batch of up to 100). Each
 // handles its own number of messages per round (the stores' speeds
 // differ by orders of magnitude); the ratios are to no dedupe.
 func BenchmarkDedupeCost(b *testing.B) {
@@ -250,12 +263,36 @@ func BenchmarkDedupeCost(b *testing.B) {
 		s, err := pgstore.NewInbox(pool, pgstore.Table(table))
 		return middleware.Deduplicate(s), err
 	}
+	// The batch path: Router.AddBatch with DedupeBatch on the Inbox, every
+	// claim of a batch (up to 100) in one transaction and one commit.
+	pgBatch := side{name: "pginbox-batch", n: 20000, batch: func(b *testing.B, br *memory.Transport, done func(*handler.Message)) (handler.Middleware, handler.BatchHandler, []ferry.SubscriptionOption) {
+		s, err := pgstore.NewInbox(pool, pgstore.Table(table))
+		if err != nil {
+			b.Fatal(err)
+		}
+		dd, err := middleware.DedupeBatch(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mw, err := middleware.Recommended(br)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bh := dd(handler.BatchHandlerFunc(func(_ context.Context, msgs []*handler.Message) error {
+			for _, m := range msgs {
+				done(m)
+			}
+			return nil
+		}))
+		return mw, bh, []ferry.SubscriptionOption{ferry.Concurrency(16), ferry.BatchSize(100)}
+	}}
 	opts := []ferry.SubscriptionOption{ferry.Concurrency(16)}
 	compare(b, 8, 1000,
 		plain("none", 100000, with(nil), opts...),
 		plain("memstore", 100000, with(mem), opts...),
 		plain("redisstore", 5000, with(red), opts...),
-		plain("pginbox", 3000, with(pg), opts...))
+		plain("pginbox", 3000, with(pg), opts...),
+		pgBatch)
 }
 
 // BenchmarkParkingCost measures middleware.Recommended with Parking on the
