@@ -106,11 +106,12 @@ func run(root string, s suite, timeout time.Duration) ([]result, []byte, error) 
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
-	res := parse(&out)
+	raw := out.Bytes() // before parse reads the buffer
+	res := parse(bytes.NewReader(raw))
 	if err == nil && len(res) == 0 {
 		err = fmt.Errorf("no benchmark ran (a broker missing? set FERRY_REQUIRE_BROKERS=1 to fail instead of skip)")
 	}
-	return res, out.Bytes(), err
+	return res, raw, err
 }
 
 // parse reads go test -bench output: "BenchmarkX-2  1  123 ns/op  4.5 unit ...".
