@@ -473,8 +473,10 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 	m.SetFacts(f)
 	w.cur.Store(m)
 	tel := s.tel
+	var first time.Time // the first call's start: one clock read for it and the time in queue
 	if tel != nil {
-		tel.Handling(m, time.Now())
+		first = time.Now()
+		tel.Handling(m, first)
 	}
 	for {
 		if s.abandoned.Load() {
@@ -488,7 +490,12 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 		if tel == nil {
 			err = s.call(w.ctx, m)
 		} else {
-			call = tel.Start(w.ctx, m, time.Now())
+			start := first
+			if start.IsZero() {
+				start = time.Now()
+			}
+			first = time.Time{}
+			call = tel.Start(w.ctx, m, start)
 			err = s.call(call, m)
 		}
 		if err == nil {

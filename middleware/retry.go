@@ -330,9 +330,7 @@ func (h *retryHandler) Handle(ctx context.Context, m *handler.Message) error {
 	for {
 		f.Attempt = attempt
 		m.SetFacts(f)
-		actx, cancel := context.WithCancel(ctx)
-		err := h.next.Handle(actx, m)
-		cancel()
+		err := h.attempt(ctx, m)
 		if err == nil {
 			return nil
 		}
@@ -452,4 +450,17 @@ func (j *fullJitter) NextBackOff() time.Duration {
 		return v
 	}
 	return rand.N(v + 1)
+}
+
+// attempt runs one attempt in a context that ends when it returns. When
+// the next handler is a [Timeout] (as in [Recommended]), its own context
+// already ends with the call, and a second one would only cost
+// allocations and a registration with the parent per message.
+func (h *retryHandler) attempt(ctx context.Context, m *handler.Message) error {
+	if _, ok := h.next.(*timeoutHandler); ok {
+		return h.next.Handle(ctx, m)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	return h.next.Handle(actx, m)
 }

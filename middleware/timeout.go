@@ -38,7 +38,7 @@ type timeoutHandler struct {
 func (h *timeoutHandler) Handle(ctx context.Context, m *handler.Message) error {
 	ctx, outer, sc := enter(ctx, layerTimeout)
 	defer sc.leave(outer)
-	ctx, cancel := context.WithTimeout(ctx, h.d)
-	defer cancel()
-	return h.next.Handle(ctx, m)
+	dc := newDeadlineCtx(ctx, h.d)
+	defer dc.stop()
+	return h.next.Handle(dc, m)
 }

@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -92,10 +93,10 @@ type Consumer struct {
 	name string // the process span's name
 	base []attribute.KeyValue
 
-	opt        labels
-	settledOpt [outcomes]labels
-	classOpt   [len(classes)]labels
-	retryOpt   [len(retryKinds)]labels
+	opt      labels
+	settled  *settledCounts
+	classOpt [len(classes)]labels
+	retryOpt [len(retryKinds)]labels
 }
 
 // Consumer returns the instrumentation of the subscription info names.
@@ -106,9 +107,16 @@ func (t *Telemetry) Consumer(info ConsumerInfo) *Consumer {
 	with := func(l attribute.KeyValue) labels {
 		return labelsOf(append(kv[:len(kv):len(kv)], l)...)
 	}
-	for o := OutcomeAck; o < outcomes; o++ {
-		c.settledOpt[o] = with(attribute.String(labelOutcome, o.String()))
+	t.mu.Lock()
+	c.settled = t.settled[info]
+	if c.settled == nil {
+		c.settled = &settledCounts{}
+		for o := OutcomeAck; o < outcomes; o++ {
+			c.settled.obs[o] = with(attribute.String(labelOutcome, o.String())).obs
+		}
+		t.settled[info] = c.settled
 	}
+	t.mu.Unlock()
 	for i, cl := range classes {
 		c.classOpt[i] = with(attribute.String(labelClass, cl))
 	}
@@ -153,8 +161,35 @@ func (c *Consumer) Handling(m *handler.Message, now time.Time) {
 // Settled counts one delivery settled with o.
 func (c *Consumer) Settled(o Outcome) {
 	if o > OutcomeNone && o < outcomes {
-		c.t.inst.settled.Add(context.Background(), 1, c.settledOpt[o].add...)
+		c.settled.n[o].Add(1)
 	}
+}
+
+// settledCounts are the settle counts of one subscription (every Consumer
+// made for the same ConsumerInfo shares them, so a Router run again in the
+// process counts on), by outcome: ferry_messages_settled_total is an
+// observable counter that reads them at each collection, so that counting
+// a message costs one atomic add instead of a synchronous counter's
+// attribute lookup and aggregation.
+type settledCounts struct {
+	n   [outcomes]atomic.Int64
+	obs [outcomes][]metric.ObserveOption
+}
+
+// observeSettled reports every subscription's settle counts, leaving out
+// the outcomes not seen yet (as a synchronous counter has no series before
+// its first Add).
+func (t *Telemetry) observeSettled(_ context.Context, o metric.Observer) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range t.settled {
+		for k := OutcomeAck; k < outcomes; k++ {
+			if n := s.n[k].Load(); n > 0 {
+				o.ObserveInt64(t.inst.settled, n, s.obs[k]...)
+			}
+		}
+	}
+	return nil
 }
 
 // Abandoned counts n deliveries abandoned by a shutdown.

@@ -68,13 +68,13 @@ var (
 )
 
 type instruments struct {
-	settled, abandoned, errors, retries metric.Int64Counter
-	received                            metric.Int64ObservableCounter
-	handlerDur, queueTime               metric.Float64Histogram
-	published                           metric.Int64Counter
-	publishDur                          metric.Float64Histogram
-	outboxPub, outboxErrors             metric.Int64Counter
-	outboxDelay                         metric.Float64Histogram
+	abandoned, errors, retries metric.Int64Counter
+	received, settled          metric.Int64ObservableCounter
+	handlerDur, queueTime      metric.Float64Histogram
+	published                  metric.Int64Counter
+	publishDur                 metric.Float64Histogram
+	outboxPub, outboxErrors    metric.Int64Counter
+	outboxDelay                metric.Float64Histogram
 
 	info, inFlight, delayed, running, stuck, backlog, backlogMax metric.Int64ObservableGauge
 	lagMessages, dlq, parkedKeys                                 metric.Int64ObservableGauge
@@ -110,7 +110,9 @@ func (in *instruments) init(m metric.Meter) error {
 	in.received, err = m.Int64ObservableCounter(nameReceived, metric.WithUnit("{message}"),
 		metric.WithDescription("Deliveries received by a subscription (a broker's redelivery counts again)."))
 	errs = append(errs, err)
-	in.settled = counter(nameSettled, "{message}", "Deliveries settled, by outcome: ack, nack, dead_letter, parked, duplicate.")
+	in.settled, err = m.Int64ObservableCounter(nameSettled, metric.WithUnit("{message}"),
+		metric.WithDescription("Deliveries settled, by outcome: ack, nack, dead_letter, parked, duplicate."))
+	errs = append(errs, err)
 	in.abandoned = counter(nameAbandoned, "{message}", "Deliveries left unsettled by a shutdown's drain deadline, for the broker to redeliver.")
 	in.errors = counter(nameErrors, "{error}", "Failed handler attempts, by error class.")
 	in.retries = counter(nameRetries, "{retry}", "Retries scheduled after a failed attempt, by how they happen.")

@@ -40,7 +40,8 @@ type Telemetry struct {
 	meter   metric.Meter
 
 	mu       sync.Mutex
-	received map[ConsumerInfo]uint64 // the counts of stopped sources
+	received map[ConsumerInfo]uint64         // the counts of stopped sources
+	settled  map[ConsumerInfo]*settledCounts // read at each collection
 }
 
 // An Option configures [New]. Options are made by this package's
@@ -145,8 +146,12 @@ func New(opts ...Option) (*Telemetry, error) {
 		log:      c.log,
 		meter:    c.mp.Meter(ScopeName),
 		received: map[ConsumerInfo]uint64{},
+		settled:  map[ConsumerInfo]*settledCounts{},
 	}
 	if err := t.inst.init(t.meter); err != nil {
+		return nil, fmt.Errorf("telemetry: instruments: %w", err)
+	}
+	if _, err := t.meter.RegisterCallback(t.observeSettled, t.inst.settled); err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
 	return t, nil
