@@ -63,7 +63,7 @@ func NewLot(db DB, opts ...LotOption) (*Lot, error) {
 			SELECT $1, $2, k.seq, $3, $4, $5, $6, $7 FROM k`,
 		bump: `WITH b AS (INSERT INTO ` + V + ` AS v (subscription, version) VALUES ($1, 1)
 			ON CONFLICT (subscription) DO UPDATE SET version = v.version + 1 RETURNING 1)
-			SELECT pg_notify('` + p + `_parking', $1) FROM b`,
+			SELECT pg_notify('` + channelName(p) + `', $1) FROM b`,
 		snapshot: `WITH v AS (SELECT coalesce((SELECT version FROM ` + V + ` WHERE subscription = $1), 0) AS version)
 			SELECT v.version, CASE WHEN v.version = $2 THEN NULL
 				ELSE array(SELECT key FROM ` + K + ` WHERE subscription = $1) END FROM v`,

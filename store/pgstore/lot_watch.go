@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,11 +59,23 @@ func (s *watchedSub) invalidate() {
 }
 
 func newWatch(l *Lot) *watch {
-	w := &watch{l: l, channel: l.cfg.prefix + "_parking", kick: make(chan struct{}, 1), done: make(chan struct{})}
+	w := &watch{l: l, channel: channelName(l.cfg.prefix), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	if a, ok := l.db.(acquirer); ok {
 		w.pool = a
 	}
 	return w
+}
+
+// channelName is the NOTIFY channel of the lot with table prefix prefix:
+// prefix_parking, or a hash of it where that exceeds PostgreSQL's 63-byte
+// identifiers (pg_notify refuses longer ones, LISTEN truncates them).
+func channelName(prefix string) string {
+	if c := prefix + "_parking"; len(c) <= 63 {
+		return c
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(prefix))
+	return fmt.Sprintf("ferry_parking_%016x", h.Sum64())
 }
 
 // Parked reports from memory whether key is parked on sub; see

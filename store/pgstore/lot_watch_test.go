@@ -2,10 +2,10 @@ package pgstore_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/parking"
@@ -14,24 +14,23 @@ import (
 
 // watchLots returns two lots over the same fresh tables, each with its own
 // pool: two processes' views.
-func watchLots(t *testing.T) (a, b *pgstore.Lot, channel string) {
+func watchLots(t *testing.T, bOpts ...pgstore.LotOption) (a, b *pgstore.Lot, channel string) {
 	t.Helper()
 	prefix := uniqueTable(t, "parkw")
 	if err := pgstore.MigrateParking(context.Background(), pool(t), prefix); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dropTables(t, prefix) })
-	open := func() (*pgstore.Lot, *pgxpool.Pool) {
-		p := pool(t)
-		l, err := pgstore.NewLot(p, pgstore.TablePrefix(prefix))
+	open := func(opts ...pgstore.LotOption) *pgstore.Lot {
+		l, err := pgstore.NewLot(pool(t), append([]pgstore.LotOption{pgstore.TablePrefix(prefix)}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = l.Close() })
-		return l, p
+		return l
 	}
-	a, _ = open()
-	b, _ = open()
+	a = open()
+	b = open(bOpts...)
 	return a, b, prefix + "_parking"
 }
 
@@ -135,7 +134,9 @@ func TestLotWatchOwnParkAtOnce(t *testing.T) {
 // store) at once, reconnects, re-reads, and sees a key parked while it was
 // down.
 func TestLotWatchConnectionKilled(t *testing.T) {
-	a, b, channel := watchLots(t)
+	lost := make(chan struct{}, 10)
+	log := slog.New(&lostHandler{lost: lost})
+	a, b, channel := watchLots(t, pgstore.WithLogger(log))
 	const sub = "killed"
 	synced(t, b, sub, "k")
 	ctx := context.Background()
@@ -155,20 +156,18 @@ func TestLotWatchConnectionKilled(t *testing.T) {
 	if killed != 1 { // B's: A never asked, so it does not listen
 		t.Fatalf("killed %d LISTEN backends, want B's one", killed)
 	}
-	// Until B notices, it may still answer from memory; a park now is
-	// heard only after the reconnect's re-read, never answered stale for
-	// long: wait until B answers "not synced" or reconnected.
-	deadline = time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := b.Parked(sub, "k"); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("B kept answering from memory after its LISTEN connection was killed")
-		}
-		time.Sleep(time.Millisecond)
+	// Once B has seen the error (its warning), it answers from the store
+	// (ok=false) until it listens again and has re-read: a key parked now
+	// by A is never answered "not parked" from B's memory.
+	select {
+	case <-lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal("B never noticed its LISTEN connection was killed")
 	}
-	parkOne(t, a, sub, "k") // while B may be down: heard by the re-read
+	parkOne(t, a, sub, "k")
+	if parked, ok := b.Parked(sub, "k"); ok && !parked {
+		t.Fatal("B kept answering from memory after its notification connection failed: k not parked")
+	}
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		parked, ok := b.Parked(sub, "k")
@@ -184,6 +183,22 @@ func TestLotWatchConnectionKilled(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// lostHandler signals each "notifications lost" warning.
+type lostHandler struct{ lost chan struct{} }
+
+func (h *lostHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *lostHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "notifications lost") {
+		select {
+		case h.lost <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+func (h *lostHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *lostHandler) WithGroup(string) slog.Handler      { return h }
 
 // BenchmarkParkedCheck compares the per-message question with nothing
 // parked: a Snapshot round trip (what Park did before) against the
