@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/parkwatch"
 	"github.com/ferrymq/ferry/internal/pgschema"
 	"github.com/ferrymq/ferry/internal/storelog"
 	"github.com/ferrymq/ferry/parking"
@@ -22,7 +23,7 @@ type Lot struct {
 	db  DB
 	cfg lotConfig
 	q   queries
-	w   *watch
+	w   *parkwatch.Watch // nil: db lends no connection to listen on
 }
 
 var _ parking.Lot = (*Lot)(nil)
@@ -158,7 +159,7 @@ func (l *Lot) Park(ctx context.Context, sub string, m *handler.Message, f parkin
 	if m.Key == "" {
 		return 0, fmt.Errorf("pgstore: park %s: message %s has no key", sub, m.ID)
 	}
-	defer l.w.changed(sub) // whatever the outcome: answer from the store until re-read
+	defer l.changed(sub) // whatever the outcome: answer from the store until re-read
 	for range 5 {
 		var st parking.Status
 		err := l.tx(ctx, func(tx pgx.Tx) error {
@@ -407,7 +408,7 @@ func (l *Lot) Remove(ctx context.Context, sub, key, token string, seq int64) err
 // locks the key's row, so a concurrent Append is either committed before
 // (and seen here) or waits and then finds the key unparked.
 func (l *Lot) Unpark(ctx context.Context, sub, key, token string) (bool, error) {
-	defer l.w.changed(sub)
+	defer l.changed(sub)
 	done := false
 	err := l.tx(ctx, func(tx pgx.Tx) error {
 		if err := l.holds(ctx, tx, sub, key, token); err != nil {
@@ -458,7 +459,7 @@ func (l *Lot) Unlock(ctx context.Context, sub, key, token string, failed *parkin
 
 // Drop discards key with an audit record; see [parking.Lot.Drop].
 func (l *Lot) Drop(ctx context.Context, sub, key string, a parking.Audit) (parking.Dropped, error) {
-	defer l.w.changed(sub)
+	defer l.changed(sub)
 	var d parking.Dropped
 	err := l.tx(ctx, func(tx pgx.Tx) error {
 		info, err := scanKey(sub, tx.QueryRow(ctx, l.q.key+` FOR UPDATE`, sub, key))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,8 +135,8 @@ func TestLotWatchOwnParkAtOnce(t *testing.T) {
 // store) at once, reconnects, re-reads, and sees a key parked while it was
 // down.
 func TestLotWatchConnectionKilled(t *testing.T) {
-	lost := make(chan struct{}, 10)
-	log := slog.New(&lostHandler{lost: lost})
+	lost, resume := make(chan struct{}), make(chan struct{})
+	log := slog.New(&lostHandler{lost: lost, resume: resume})
 	a, b, channel := watchLots(t, pgstore.WithLogger(log))
 	const sub = "killed"
 	synced(t, b, sub, "k")
@@ -159,6 +160,7 @@ func TestLotWatchConnectionKilled(t *testing.T) {
 	// Once B has seen the error (its warning), it answers from the store
 	// (ok=false) until it listens again and has re-read: a key parked now
 	// by A is never answered "not parked" from B's memory.
+	// The warning holds B's reconnect until resume is closed.
 	select {
 	case <-lost:
 	case <-time.After(5 * time.Second):
@@ -168,6 +170,7 @@ func TestLotWatchConnectionKilled(t *testing.T) {
 	if parked, ok := b.Parked(sub, "k"); ok && !parked {
 		t.Fatal("B kept answering from memory after its notification connection failed: k not parked")
 	}
+	close(resume)
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		parked, ok := b.Parked(sub, "k")
@@ -184,16 +187,23 @@ func TestLotWatchConnectionKilled(t *testing.T) {
 	}
 }
 
-// lostHandler signals each "notifications lost" warning.
-type lostHandler struct{ lost chan struct{} }
+// lostHandler signals the first "notifications lost" warning and holds
+// it (and so the reconnect) until resume is closed.
+type lostHandler struct {
+	lost, resume chan struct{}
+	once         sync.Once
+}
 
 func (h *lostHandler) Enabled(context.Context, slog.Level) bool { return true }
 func (h *lostHandler) Handle(_ context.Context, r slog.Record) error {
 	if strings.Contains(r.Message, "notifications lost") {
-		select {
-		case h.lost <- struct{}{}:
-		default:
-		}
+		h.once.Do(func() {
+			close(h.lost)
+			select {
+			case <-h.resume:
+			case <-time.After(5 * time.Second):
+			}
+		})
 	}
 	return nil
 }
