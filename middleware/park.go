@@ -154,8 +154,9 @@ func CopyToDLQ(p transport.Publisher) ParkOption {
 // another process within d of a park: a Kafka or Redis Streams consumer
 // group, whose rebalances take longer, but not SQS FIFO, which may hand a
 // group's next message to any consumer at once. Lots that answer from
-// memory ([parking.Checker]) are exact and ignore it. d must not be
-// negative.
+// memory ([parking.Checker]) are exact and ignore it; lots that follow
+// their store's notifications ([parking.Watcher]) need it only while they
+// cannot answer (their connection is down). d must not be negative.
 func CacheFor(d time.Duration) ParkOption {
 	return parkOption(func(c *parkConfig) {
 		if d < 0 {
