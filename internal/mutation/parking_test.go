@@ -68,5 +68,16 @@ redis.call('INCR', KEYS[1])`,
 			Want:     "kept answering from memory after its notification connection failed",
 			Requires: redisUp,
 		},
+		{
+			Name: "park-ignores-watcher", // Park reads a snapshot per message although the lot can answer from memory
+			Pkg:  "./store/pgstore", File: "middleware/park.go",
+			Find: `		if parked, ok := h.watcher.Parked(sub, m.Key); ok {
+			return parked, nil
+		}`,
+			Replace:  `		_ = sub`,
+			Run:      "^TestLotWatchThroughPark$",
+			Want:     "Snapshot round trips, want 0",
+			Requires: postgres,
+		},
 	})
 }
