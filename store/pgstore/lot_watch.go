@@ -120,6 +120,8 @@ func (l *Lot) Parked(sub, key string) (parked, ok bool) {
 
 // Close stops the lot's notification connection, if [Lot.Parked] started
 // one, and waits for it to end. The lot's other methods keep working.
+// Close the lot before its pool: a closed pool leaves the lot retrying
+// (and warning) until Close.
 func (l *Lot) Close() error {
 	if l.w != nil {
 		l.w.Close()
