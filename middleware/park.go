@@ -154,8 +154,9 @@ func CopyToDLQ(p transport.Publisher) ParkOption {
 // another process within d of a park: a Kafka or Redis Streams consumer
 // group, whose rebalances take longer, but not SQS FIFO, which may hand a
 // group's next message to any consumer at once. Lots that answer from
-// memory ([parking.Checker]) are exact and ignore it. d must not be
-// negative.
+// memory ([parking.Checker]) are exact and ignore it; lots that follow
+// their store's notifications ([parking.Watcher]) need it only while they
+// cannot answer (their connection is down). d must not be negative.
 func CacheFor(d time.Duration) ParkOption {
 	return parkOption(func(c *parkConfig) {
 		if d < 0 {
@@ -228,7 +229,10 @@ func OnLotError(fn func(op string, m *handler.Message, err error)) ParkOption {
 // serves every message that arrived before it began, so concurrent
 // messages share it, and while nothing changes it is one small read
 // (Redis GET, one indexed PostgreSQL row). [CacheFor] relaxes this to a
-// bounded staleness. A key in the snapshot is then appended with
+// bounded staleness. A lot that follows its parked keys from the store's
+// notifications ([parking.Watcher], the PostgreSQL lot over a pool)
+// answers from memory whenever it says it can, and Park reads the
+// snapshot only when it cannot (see the lot for its guarantee). A key in the snapshot is then appended with
 // [parking.Lot.Append], which the lot does only if the key is still
 // parked, atomically with a release's unpark; if it is not, the message is
 // handled.
@@ -289,8 +293,9 @@ func Park(lot parking.Lot, opts ...ParkOption) (handler.Middleware, error) {
 		c.lease = parking.DefaultLockLease
 	}
 	checker, _ := lot.(parking.Checker)
+	watcher, _ := lot.(parking.Watcher)
 	return func(next handler.Handler) handler.Handler {
-		return &parkHandler{next: next, lot: lot, checker: checker, cfg: c}
+		return &parkHandler{next: next, lot: lot, checker: checker, watcher: watcher, cfg: c}
 	}, nil
 }
 
@@ -298,6 +303,7 @@ type parkHandler struct {
 	next    handler.Handler
 	lot     parking.Lot
 	checker parking.Checker
+	watcher parking.Watcher
 	cfg     parkConfig
 	mis     misorder
 	subs    sync.Map // subscription → *parkedSet
@@ -499,6 +505,11 @@ func (h *parkHandler) set(sub string) *parkedSet {
 func (h *parkHandler) lookup(ctx context.Context, set *parkedSet, sub string, m *handler.Message, entered time.Time) (bool, error) {
 	if h.checker != nil {
 		return h.checker.IsParked(sub, m.Key), nil
+	}
+	if h.watcher != nil {
+		if parked, ok := h.watcher.Parked(sub, m.Key); ok {
+			return parked, nil
+		}
 	}
 	need := entered.Add(-h.cfg.cacheFor)
 	var v *parkedView

@@ -68,11 +68,22 @@
 //
 // The consumers' view of which keys are parked is kept correct the same
 // way: every park, unpark and drop changes the subscription's version
-// ([Lot.Snapshot]), and middleware.Park answers a message only from a
-// snapshot read after the message arrived (see its doc for the cache and
-// its optional staleness bound). A stale "parked" costs one Append, which
-// answers [NotParked]; a stale "not parked" cannot happen without
-// middleware.CacheFor.
+// ([Lot.Snapshot]), and middleware.Park answers a message from a snapshot
+// read after the message arrived (see its doc for the cache and its
+// optional staleness bound), or, for a lot that is a [Watcher] (the
+// PostgreSQL lot over a pool, the Redis lot), from the lot's memory while
+// the lot says it can: the store notifies every process of each park,
+// unpark and drop as it commits, and the lot answers from keys read after
+// the last notification, on a connection it knows to be up. A stale
+// "parked" costs one Append, which answers [NotParked]. A stale "not
+// parked" cannot happen from a snapshot without middleware.CacheFor;
+// from a Watcher, only for a key parked by another process whose
+// notification has not arrived yet when the key's next message reaches
+// this one. The notification leaves the store before the parking process
+// acks the failed message, so the next message (redelivered to another
+// consumer, or after a rebalance) is at least one broker round trip
+// behind it; that margin, not a fence, is the guarantee (see
+// pgstore.Lot.Parked and redisstore.Lot.Parked).
 //
 // # Release requests
 //

@@ -292,3 +292,22 @@ type Lot interface {
 type Checker interface {
 	IsParked(sub, key string) bool
 }
+
+// Watcher is an optional interface of a Lot that follows the parked keys
+// of the subscriptions it is asked about in this process's memory, told
+// by its store of every park, unpark and drop (PostgreSQL LISTEN/NOTIFY,
+// Redis PUBLISH), so that the question costs no round trip.
+// middleware.Park uses it before [Lot.Snapshot].
+//
+// Parked answers ok = false whenever it cannot answer exactly from what
+// it was told: before its first read of sub's keys, from a notification
+// about sub until the read that follows it, while its notification
+// connection is down and until it has been re-established and sub's keys
+// read again, and after this process changed sub's keys itself until it
+// has read them again. The caller then asks the store ([Lot.Snapshot]).
+// When ok is true, parked reflects every change whose notification this
+// process has received; see the lot's documentation for what that
+// guarantees across processes.
+type Watcher interface {
+	Parked(sub, key string) (parked, ok bool)
+}

@@ -235,7 +235,10 @@ func (s *pgStore) reservations(ctx context.Context, shop string) (int64, int64, 
 	return orders, units, err
 }
 
-func (s *pgStore) close() { s.pool.Close() }
+func (s *pgStore) close() {
+	_ = s.parked.Close() // its LISTEN connection, before the pool
+	s.pool.Close()
+}
 
 // ---- in memory ----
 

@@ -54,6 +54,15 @@
 // version and keys come from one snapshot. Times are the database's
 // clock_timestamp().
 //
+// Park, Unpark and Drop also NOTIFY the channel "<prefix>_parking" (a hash
+// of it beyond 63 bytes) with the subscription, in their transaction, so
+// it is sent at commit. Over a *pgxpool.Pool the lot is a
+// [parking.Watcher]: at the first [Lot.Parked] it takes one connection to
+// LISTEN on, and answers middleware.Park's per-message question from
+// memory, with no round trip, while that connection is up (see
+// [Lot.Parked] for the exact guarantee). Close the lot ([Lot.Close]) to
+// give the connection back.
+//
 // # Schema and migration
 //
 // No DDL runs behind your back: create the tables once, from your

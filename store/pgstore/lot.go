@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/parkwatch"
 	"github.com/ferrymq/ferry/internal/pgschema"
 	"github.com/ferrymq/ferry/internal/storelog"
 	"github.com/ferrymq/ferry/parking"
@@ -22,6 +23,7 @@ type Lot struct {
 	db  DB
 	cfg lotConfig
 	q   queries
+	w   *parkwatch.Watch // nil: db lends no connection to listen on
 }
 
 var _ parking.Lot = (*Lot)(nil)
@@ -52,7 +54,7 @@ func NewLot(db DB, opts ...LotOption) (*Lot, error) {
 		coalesce(last_attempts, 0), last_failed_at, failed_releases, count,
 		CASE WHEN lock_token IS NOT NULL AND lock_until > clock_timestamp() THEN lock_until END,
 		coalesce(release_requested_by, ''), release_requested_at`
-	return &Lot{db: db, cfg: cfg, q: queries{
+	l := &Lot{db: db, cfg: cfg, q: queries{
 		insertKey: `INSERT INTO ` + K + ` (subscription, key, first_id, error, class, attempts, failed_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (subscription, key) DO NOTHING`,
 		lockKey: `SELECT 1 FROM ` + K + ` WHERE subscription = $1 AND key = $2 FOR UPDATE`,
@@ -60,8 +62,9 @@ func NewLot(db DB, opts ...LotOption) (*Lot, error) {
 		add: `WITH k AS (UPDATE ` + K + ` SET seq = seq + 1, count = count + 1 WHERE subscription = $1 AND key = $2 RETURNING seq)
 			INSERT INTO ` + M + ` (subscription, key, seq, id, topic, payload, headers, facts)
 			SELECT $1, $2, k.seq, $3, $4, $5, $6, $7 FROM k`,
-		bump: `INSERT INTO ` + V + ` AS v (subscription, version) VALUES ($1, 1)
-			ON CONFLICT (subscription) DO UPDATE SET version = v.version + 1`,
+		bump: `WITH b AS (INSERT INTO ` + V + ` AS v (subscription, version) VALUES ($1, 1)
+			ON CONFLICT (subscription) DO UPDATE SET version = v.version + 1 RETURNING 1)
+			SELECT pg_notify('` + channelName(p) + `', $1) FROM b`,
 		snapshot: `WITH v AS (SELECT coalesce((SELECT version FROM ` + V + ` WHERE subscription = $1), 0) AS version)
 			SELECT v.version, CASE WHEN v.version = $2 THEN NULL
 				ELSE array(SELECT key FROM ` + K + ` WHERE subscription = $1) END FROM v`,
@@ -96,7 +99,9 @@ func NewLot(db DB, opts ...LotOption) (*Lot, error) {
 			WHERE subscription = $1 AND key = $2 AND release_requested_at IS NULL`,
 		requests: `SELECT key FROM ` + K + ` WHERE subscription = $1 AND release_requested_at IS NOT NULL
 			ORDER BY release_requested_at, key`,
-	}}, nil
+	}}
+	l.w = newWatch(l)
+	return l, nil
 }
 
 func wrap(op, sub, key string, err error) error {
@@ -154,6 +159,7 @@ func (l *Lot) Park(ctx context.Context, sub string, m *handler.Message, f parkin
 	if m.Key == "" {
 		return 0, fmt.Errorf("pgstore: park %s: message %s has no key", sub, m.ID)
 	}
+	defer l.changed(sub) // whatever the outcome: answer from the store until re-read
 	for range 5 {
 		var st parking.Status
 		err := l.tx(ctx, func(tx pgx.Tx) error {
@@ -402,6 +408,7 @@ func (l *Lot) Remove(ctx context.Context, sub, key, token string, seq int64) err
 // locks the key's row, so a concurrent Append is either committed before
 // (and seen here) or waits and then finds the key unparked.
 func (l *Lot) Unpark(ctx context.Context, sub, key, token string) (bool, error) {
+	defer l.changed(sub)
 	done := false
 	err := l.tx(ctx, func(tx pgx.Tx) error {
 		if err := l.holds(ctx, tx, sub, key, token); err != nil {
@@ -452,6 +459,7 @@ func (l *Lot) Unlock(ctx context.Context, sub, key, token string, failed *parkin
 
 // Drop discards key with an audit record; see [parking.Lot.Drop].
 func (l *Lot) Drop(ctx context.Context, sub, key string, a parking.Audit) (parking.Dropped, error) {
+	defer l.changed(sub)
 	var d parking.Dropped
 	err := l.tx(ctx, func(tx pgx.Tx) error {
 		info, err := scanKey(sub, tx.QueryRow(ctx, l.q.key+` FOR UPDATE`, sub, key))

@@ -66,6 +66,13 @@
 //	B audit      list    JSON records of dropped keys
 //	P subscriptions set  every subscription that parked a key
 //
+// The park, unpark and drop scripts also PUBLISH the subscription on the
+// channel P + "parking", in the script. The lot is a [parking.Watcher]:
+// at the first [Lot.Parked] it SUBSCRIBEs on a connection of its own and
+// answers middleware.Park's per-message question from memory, with no
+// round trip, while that connection is up (see [Lot.Parked] for the exact
+// guarantee). Close the lot ([Lot.Close]) to end the subscription.
+//
 // Nothing in a lot expires on its own: a parked key stays until it is
 // released or dropped. Times (park, lock leases) are the Redis server's
 // clock (TIME in the scripts), so consumers' clocks need not agree.

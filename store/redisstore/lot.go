@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/parkwatch"
 	"github.com/ferrymq/ferry/internal/storelog"
 	"github.com/ferrymq/ferry/parking"
 )
@@ -21,6 +22,7 @@ import (
 type Lot struct {
 	c   goredis.UniversalClient
 	cfg lotConfig
+	w   *parkwatch.Watch
 }
 
 var _ parking.Lot = (*Lot)(nil)
@@ -38,7 +40,9 @@ func NewLot(c goredis.UniversalClient, opts ...LotOption) (*Lot, error) {
 	if err := storelog.Check("redisstore", cfg.log); err != nil {
 		return nil, err
 	}
-	return &Lot{c: c, cfg: cfg}, nil
+	l := &Lot{c: c, cfg: cfg}
+	l.w = newWatch(l)
+	return l, nil
 }
 
 // base is the prefix of sub's keys, with its hash tag.
@@ -60,13 +64,14 @@ func (l *Lot) Park(ctx context.Context, sub string, m *handler.Message, f parkin
 	if m.Key == "" {
 		return 0, fmt.Errorf("redisstore: park %s: message %s has no key", sub, m.ID)
 	}
+	defer l.changed(sub) // whatever the outcome: answer from the store until re-read
 	msg, err := parking.MarshalMessage(m)
 	if err != nil {
 		return 0, err
 	}
 	ver, parked, k, mk, i := l.keysOf(sub, m.Key)
 	n, err := parkScript.Run(ctx, l.c, []string{ver, parked, k, mk, i},
-		m.Key, m.ID, msg, f.Error, f.Class, f.Attempts, unixMilli(f.At)).Int()
+		m.Key, m.ID, msg, f.Error, f.Class, f.Attempts, unixMilli(f.At), l.channel(), sub).Int()
 	if err != nil {
 		return 0, wrap("park", sub, m.Key, err)
 	}
@@ -302,8 +307,9 @@ func (l *Lot) Remove(ctx context.Context, sub, key, token string, seq int64) err
 
 // Unpark unparks key if nothing is left; see [parking.Lot.Unpark].
 func (l *Lot) Unpark(ctx context.Context, sub, key, token string) (bool, error) {
+	defer l.changed(sub)
 	ver, parked, k, mk, i := l.keysOf(sub, key)
-	n, err := unparkScript.Run(ctx, l.c, []string{ver, parked, k, mk, i, l.base(sub) + "req"}, key, token).Int()
+	n, err := unparkScript.Run(ctx, l.c, []string{ver, parked, k, mk, i, l.base(sub) + "req"}, key, token, l.channel(), sub).Int()
 	if err != nil {
 		return false, wrap("unpark", sub, key, err)
 	}
@@ -366,8 +372,9 @@ func decodeAudit(sub, rec string) (parking.Dropped, error) {
 
 // Drop discards key with an audit record; see [parking.Lot.Drop].
 func (l *Lot) Drop(ctx context.Context, sub, key string, a parking.Audit) (parking.Dropped, error) {
+	defer l.changed(sub)
 	ver, parked, k, mk, i := l.keysOf(sub, key)
-	res, err := dropScript.Run(ctx, l.c, []string{ver, parked, k, mk, i, l.base(sub) + "audit", l.base(sub) + "req"}, key, a.By, a.Reason).Slice()
+	res, err := dropScript.Run(ctx, l.c, []string{ver, parked, k, mk, i, l.base(sub) + "audit", l.base(sub) + "req"}, key, a.By, a.Reason, l.channel(), sub).Slice()
 	if err != nil {
 		return parking.Dropped{}, wrap("drop", sub, key, err)
 	}

@@ -10,7 +10,8 @@ import goredis "github.com/redis/go-redis/v9"
 //
 // Per subscription (B is prefix + "{" + sub + "}:"):
 //
-//	B ver        string  the version: INCR on park, unpark and drop
+//	B ver        string  the version: INCR on park, unpark and drop, each
+//	                     also PUBLISHing sub on the lot's channel (lot_watch.go)
 //	B parked     zset    parked keys, scored by park time (ms)
 //	B k:<key>    hash    the key's state (see Lot's doc)
 //	B m:<key>    zset    parked messages: score seq, member "<seq>:<ms>:<json>"
@@ -34,7 +35,7 @@ const luaAdd = `local function add(k, m, i, id, msg, ts)
 end
 `
 
-// park: KEYS ver parked k m i; ARGV key id msg error class attempts failed_at_ms
+// park: KEYS ver parked k m i; ARGV key id msg error class attempts failed_at_ms channel sub
 var parkScript = goredis.NewScript(luaNow + luaAdd + `
 local ts = now()
 if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -44,6 +45,7 @@ redis.call('HSET', KEYS[3], 'first_id', ARGV[2], 'error', ARGV[4], 'class', ARGV
   'failed_at', ARGV[7], 'parked_at', ts, 'seq', 0, 'count', 0, 'failed_releases', 0)
 redis.call('ZADD', KEYS[2], ts, ARGV[1])
 redis.call('INCR', KEYS[1])
+redis.call('PUBLISH', ARGV[#ARGV-1], ARGV[#ARGV])
 add(KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3], ts)
 return 1
 `)
@@ -95,7 +97,7 @@ redis.call('HSET', KEYS[1], 'lock_until', now() + tonumber(redis.call('HGET', KE
 return 1
 `)
 
-// unpark: KEYS ver parked k m i req; ARGV key token → 1 unparked, 0 not empty, -1 lock lost
+// unpark: KEYS ver parked k m i req; ARGV key token channel sub → 1 unparked, 0 not empty, -1 lock lost
 var unparkScript = goredis.NewScript(luaHolds + `
 if not holds(KEYS[3], ARGV[2]) then return -1 end
 if redis.call('ZCARD', KEYS[4]) > 0 then return 0 end
@@ -103,6 +105,7 @@ redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('INCR', KEYS[1])
+redis.call('PUBLISH', ARGV[#ARGV-1], ARGV[#ARGV])
 return 1
 `)
 
@@ -119,7 +122,7 @@ end
 return 1
 `)
 
-// drop: KEYS ver parked k m i audit req; ARGV key by reason →
+// drop: KEYS ver parked k m i audit req; ARGV key by reason channel sub →
 // {1, now, state..., ids...}, {0} not parked, {-1} busy
 var dropScript = goredis.NewScript(luaNow + `
 if redis.call('EXISTS', KEYS[3]) == 0 then return {0} end
@@ -151,6 +154,7 @@ redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('INCR', KEYS[1])
+redis.call('PUBLISH', ARGV[#ARGV-1], ARGV[#ARGV])
 return {1, rec}
 `)
 

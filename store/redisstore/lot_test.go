@@ -29,6 +29,7 @@ func (h *lotHarness) Open(t testing.TB, ns string) parking.Lot {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
 
