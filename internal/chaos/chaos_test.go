@@ -47,8 +47,7 @@ var transports = []struct {
 }{
 	{name: "kafka", shared: kafkaBroker, membership: true},
 	{name: "redis", shared: redisShared, private: redisPrivate, membership: true},
-	{name: "rabbitmq", shared: rabbitBroker, private: rabbitPrivate, membership: true,
-		knownBug: "with shards=4, when a member leaves (SIGTERM) soon after a third joined, one shard queue can be left with no consumer, its messages unread (see docs/reliability.md)"},
+	{name: "rabbitmq", shared: rabbitBroker, private: rabbitPrivate, membership: true},
 	{name: "mqtt", shared: mqttBroker, private: mqttBroker,
 		noRebalance: "an MQTT group is one session: a second process with its client ID takes the session over, and a shared subscription (share=true) has no order"},
 	{name: "nats", shared: natsShared, private: natsPrivate, membership: true},

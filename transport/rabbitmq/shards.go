@@ -18,6 +18,14 @@ const balanceTick = 100 * time.Millisecond
 
 func membersQueue(q string) string { return q + ".members" }
 
+// lockQueue is the exclusive queue a member declares to own shard queue q:
+// the broker lets one connection declare it, so two members racing for a
+// free shard cannot both attach (quorum queues do not enforce exclusive
+// consumers, and the loser would sit as a single-active-consumer standby
+// that declare-ok does not even count). The broker deletes it with its
+// connection.
+func lockQueue(q string) string { return q + ".lock" }
+
 // errNoConnection is a balancing tick's error while the connection is down.
 var errNoConnection = errors.New("rabbitmq: no connection; the next Receive dials")
 
@@ -26,6 +34,7 @@ var errNoConnection = errors.New("rabbitmq: no connection; the next Receive dial
 type shardConsumer struct {
 	idx         int
 	queue       string
+	conn        *amqp.Connection // the connection owning the shard's lock queue
 	ch          *amqp.Channel
 	ack         *acker
 	tag         string
@@ -230,26 +239,32 @@ func (b *balancer) join(sess *session) error {
 	return nil
 }
 
-// acquire consumes shard i on a channel of its own (asking for an
-// exclusive consumer, which quorum queues do not enforce; single active
-// consumer does the job).
+// acquire consumes shard i on a channel of its own once it owns the
+// shard's lock queue (see lockQueue); another member owning it makes the
+// declaration fail, and the shard is left to that member.
 func (b *balancer) acquire(sess *session, i int, q string) {
 	s := b.s
 	ch, err := sess.conn.Channel()
 	if err != nil {
 		return
 	}
+	if _, err := ch.QueueDeclare(lockQueue(q), false, false, true, false, amqp.Table{"x-queue-type": QueueClassic}); err != nil {
+		_ = ch.Close() // closed already by the broker: RESOURCE_LOCKED
+		return
+	}
 	if err := ch.Qos(s.o.prefetch, 0, false); err != nil {
 		_ = ch.Close()
+		unlock(sess.conn, q)
 		return
 	}
 	tag := consumerTag(s.sub.Consumer, i, true)
 	dels, err := ch.Consume(q, tag, false, true, false, false, nil)
 	if err != nil {
 		_ = ch.Close()
+		unlock(sess.conn, q)
 		return
 	}
-	sc := &shardConsumer{idx: i, queue: q, ch: ch, ack: newAcker(ch, s.t.cfg.logger), tag: tag, stop: make(chan struct{})}
+	sc := &shardConsumer{idx: i, queue: q, conn: sess.conn, ch: ch, ack: newAcker(ch, s.t.cfg.logger), tag: tag, stop: make(chan struct{})}
 	b.held[i] = sc
 	go s.forward(sc.ack, q, int32(i), dels, sc, nil)
 }
@@ -275,13 +290,30 @@ func (b *balancer) release(sc *shardConsumer) {
 	sc.retire()
 }
 
-// retire writes the shard's queued acks and closes its channel after
-// ackGrace.
+// retire writes the shard's queued acks, closes its channel after
+// ackGrace and then lets the shard's lock go, so that the next owner
+// attaches only once this consumer is gone.
 func (sc *shardConsumer) retire() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	sc.ack.close(ctx)
 	quiesce(sc.ch)
+	unlock(sc.conn, sc.queue)
+}
+
+// unlock deletes shard queue q's lock queue on a channel of its own (the
+// shard's may be closed by an error). With the connection gone there is
+// nothing to do: the broker deleted the lock with it.
+func unlock(conn *amqp.Connection, q string) {
+	if conn.IsClosed() {
+		return
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	_, _ = ch.QueueDelete(lockQueue(q), false, false, false)
+	_ = ch.Close()
 }
 
 func (b *balancer) closeAll() {
