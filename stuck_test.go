@@ -22,7 +22,7 @@ const stuckLine = "ferry: handler call stuck"
 // StuckAfter), Stats counts exactly one stuck call while other keys flow,
 // and the count goes back to 0 when the call returns.
 func TestRouterReportsStuckCall(t *testing.T) {
-	const after = 40 * time.Millisecond
+	const after = 300 * time.Millisecond // far above a quick call, even on a loaded machine
 	b := newBroker(t)
 	log := newLogRecorder()
 	r := newRouter(t, ferry.WithLogger(slog.New(log)))
