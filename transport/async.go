@@ -90,36 +90,57 @@ func (q *pipeline) Flush(ctx context.Context) error {
 }
 
 // PublishAll publishes msgs through ap, in order, and waits for every
-// result: nil when all were confirmed, or a *[BatchError]. A message not
-// accepted because ctx ended gets ctx's error (it was not sent); one
-// accepted keeps its own result. It is how BatchPublishers built on an
-// AsyncPublisher implement PublishBatch.
+// result: nil when all were confirmed, or a *[BatchError] with each
+// message's own result. A message ap refuses fails alone; the others go on.
+// When ctx ends, PublishAll returns at once: a message not yet handed to
+// ap gets ctx's error (it was not sent), and one handed over but not yet
+// confirmed gets [ErrUnknownOutcome] with ctx's error (it may have reached
+// the broker; its own result, arriving later, is dropped). It is how
+// BatchPublishers built on an AsyncPublisher implement PublishBatch.
 func PublishAll(ctx context.Context, ap AsyncPublisher, msgs []*handler.Message) error {
 	errs := make([]error, len(msgs))
+	settled := make([]bool, len(msgs))
 	var mu sync.Mutex
+	abandoned, failed := false, false
 	var wg sync.WaitGroup
-	failed := false
+	settle := func(i int, err error) {
+		mu.Lock()
+		if !abandoned {
+			errs[i], settled[i] = err, true
+			failed = failed || err != nil
+		}
+		mu.Unlock()
+	}
 	for i, m := range msgs {
-		wg.Add(1)
-		if err := ap.PublishAsync(ctx, m, func(err error) {
-			if err != nil {
-				mu.Lock()
-				errs[i], failed = err, true
-				mu.Unlock()
-			}
-			wg.Done()
-		}); err != nil {
-			wg.Done()
-			mu.Lock()
+		if err := ctx.Err(); err != nil {
 			for j := i; j < len(msgs); j++ {
-				errs[j] = err
+				settle(j, fmt.Errorf("transport: publish %s: not sent: %w", msgs[j].Topic, err))
 			}
-			failed = true
-			mu.Unlock()
 			break
 		}
+		wg.Add(1)
+		if err := ap.PublishAsync(ctx, m, func(err error) { settle(i, err); wg.Done() }); err != nil {
+			settle(i, err)
+			wg.Done()
+		}
 	}
-	wg.Wait()
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-ctx.Done():
+		mu.Lock()
+		for i, ok := range settled {
+			if !ok {
+				errs[i] = fmt.Errorf("transport: publish %s: %w: %w", msgs[i].Topic, ErrUnknownOutcome, ctx.Err())
+				failed = true
+			}
+		}
+		abandoned = true
+		mu.Unlock()
+	}
+	mu.Lock()
+	defer mu.Unlock()
 	if failed {
 		return &BatchError{Errs: errs}
 	}

@@ -227,53 +227,7 @@ func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) e
 	if err := t.check(); err != nil {
 		return err
 	}
-	errs := make([]error, len(msgs))
-	settled := make([]bool, len(msgs))
-	var mu sync.Mutex
-	abandoned, failed := false, false
-	var wg sync.WaitGroup
-	settle := func(i int, err error) {
-		mu.Lock()
-		if !abandoned {
-			errs[i], settled[i] = err, true
-			failed = failed || err != nil
-		}
-		mu.Unlock()
-	}
-	for i, m := range msgs {
-		if err := ctx.Err(); err != nil {
-			for j := i; j < len(msgs); j++ {
-				settle(j, t.errf("publish %s: not sent: %w", msgs[j].Topic, err))
-			}
-			break
-		}
-		wg.Add(1)
-		if err := t.PublishAsync(ctx, m, func(err error) { settle(i, err); wg.Done() }); err != nil {
-			settle(i, err)
-			wg.Done()
-		}
-	}
-	all := make(chan struct{})
-	go func() { wg.Wait(); close(all) }()
-	select {
-	case <-all:
-	case <-ctx.Done():
-		mu.Lock()
-		for i, ok := range settled {
-			if !ok {
-				errs[i] = t.errf("publish %s: %w: %w", msgs[i].Topic, transport.ErrUnknownOutcome, ctx.Err())
-				failed = true
-			}
-		}
-		abandoned = true
-		mu.Unlock()
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if failed {
-		return &transport.BatchError{Errs: errs}
-	}
-	return nil
+	return transport.PublishAll(ctx, t, msgs)
 }
 
 // closeAsync stops PublishAsync (t.closed is set: a send after this

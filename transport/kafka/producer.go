@@ -332,57 +332,7 @@ func byteSize(m *handler.Message) int {
 // and ctx.Err() (the idempotent producer may still write it); the batch
 // returns at once.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
-	return t.prod.publishBatch(ctx, msgs)
-}
-
-func (p *producer) publishBatch(ctx context.Context, msgs []*handler.Message) error {
-	errs := make([]error, len(msgs))
-	settled := make([]bool, len(msgs))
-	var mu sync.Mutex
-	abandoned, failed := false, false
-	var wg sync.WaitGroup
-	settle := func(i int, err error) {
-		mu.Lock()
-		if !abandoned {
-			errs[i], settled[i] = err, true
-			failed = failed || err != nil
-		}
-		mu.Unlock()
-	}
-	for i, m := range msgs {
-		if err := ctx.Err(); err != nil {
-			for j := i; j < len(msgs); j++ {
-				settle(j, fmt.Errorf("kafka: publish %s: not sent: %w", msgs[j].Topic, err))
-			}
-			break
-		}
-		wg.Add(1)
-		if err := p.publishAsync(ctx, m, func(err error) { settle(i, err); wg.Done() }); err != nil {
-			settle(i, err)
-			wg.Done()
-		}
-	}
-	all := make(chan struct{})
-	go func() { wg.Wait(); close(all) }()
-	select {
-	case <-all:
-	case <-ctx.Done():
-		mu.Lock()
-		for i, ok := range settled {
-			if !ok {
-				errs[i] = fmt.Errorf("kafka: publish %s: %w: %w", msgs[i].Topic, transport.ErrUnknownOutcome, ctx.Err())
-				failed = true
-			}
-		}
-		abandoned = true
-		mu.Unlock()
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if failed {
-		return &transport.BatchError{Errs: errs}
-	}
-	return nil
+	return transport.PublishAll(ctx, t, msgs)
 }
 
 // close flushes what the producer holds, waiting until ctx ends.
