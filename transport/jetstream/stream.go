@@ -46,6 +46,10 @@ type part struct {
 	batch      njs.MessageBatch
 	batchEpoch uint64
 	fetchedAt  time.Time
+	reconnects uint64 // the connection's reconnect count when the pull opened
+	// unsure: a pull failed or outlived a reconnect, so the server may have
+	// delivered messages of it that never arrived; see [stream.recheck].
+	unsure bool
 	// back holds messages of the open pull to Nak once it ends: a Nak
 	// while the pull is open would bring the message straight back into
 	// it.
@@ -169,7 +173,7 @@ func (s *stream) next1(ctx context.Context, p *part) (njs.Msg, error) {
 		if !p.usable(now) {
 			return nil, s.waitUsable(ctx, time.Duration(p.readyAt.Load()-now))
 		}
-		if err := s.fetch(p); err != nil {
+		if err := s.fetch(p); err != nil || p.batch == nil {
 			return nil, err
 		}
 	}
@@ -249,13 +253,21 @@ func (s *stream) waitUsable(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// fetch opens a pull on p.
+// fetch opens a pull on p, unless [stream.recheck] defers it (p.batch
+// stays nil and p.readyAt is moved on).
 func (s *stream) fetch(p *part) error {
+	if p.unsure {
+		if err := s.recheck(p); err != nil || p.batch != nil || time.Now().UnixNano() < p.readyAt.Load() {
+			return err
+		}
+	}
+	rc := s.t.nc.Stats().Reconnects
 	b, err := p.cons.Fetch(s.pl.cc.fetch, njs.FetchMaxWait(s.pl.cc.fetchWait))
 	if err != nil {
+		p.unsure = true
 		return s.t.errf("pull from %s/%s: %w", s.name, p.name, err)
 	}
-	p.batch, p.batchEpoch, p.fetchedAt = b, p.epoch.Load(), time.Now()
+	p.batch, p.batchEpoch, p.fetchedAt, p.reconnects = b, p.epoch.Load(), time.Now(), rc
 	p.fetching.Store(true)
 	return nil
 }
@@ -265,6 +277,10 @@ func (s *stream) fetch(p *part) error {
 func (s *stream) endBatch(p *part) error {
 	err := p.batch.Error()
 	p.batch = nil
+	failed := err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, njs.ErrNoMessages)
+	if failed || s.t.nc.Stats().Reconnects != p.reconnects {
+		p.unsure = true
+	}
 	for i, raw := range p.back {
 		_ = raw.Nak()
 		p.back[i] = nil
@@ -274,8 +290,38 @@ func (s *stream) endBatch(p *part) error {
 	if p.draining.Load() && s.lease != nil {
 		s.lease.poke()
 	}
-	if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, njs.ErrNoMessages) {
+	if failed {
 		return s.t.errf("pull from %s/%s: %w", s.name, p.name, err)
+	}
+	return nil
+}
+
+// recheck runs before the next pull on p after one failed or outlived a
+// reconnect: the server may have delivered messages into that pull that
+// never arrived here (the reply was lost with the connection). They stay
+// pending on the consumer and come back only after AckWait, behind any
+// newer message a pull at once would bring, breaking the key's order.
+// So, in ModeExclusive (the only one that keeps order), it asks the
+// server how many messages are pending: more than this member holds
+// unsettled means some went missing, and it defers the next pull by
+// AckWait, like a takeover, so that they are redelivered first. A
+// failed check is returned and leaves p unsure: the caller backs off.
+func (s *stream) recheck(p *part) error {
+	if s.lease == nil {
+		p.unsure = false
+		return nil
+	}
+	ctx, cancel := s.t.opCtx(context.Background())
+	defer cancel()
+	info, err := p.cons.Info(ctx)
+	if err != nil {
+		return s.t.errf("pull from %s/%s: checking pending messages after a failed pull: %w", s.name, p.name, err)
+	}
+	p.unsure = false
+	if held := p.active.Load(); int64(info.NumAckPending) > held {
+		p.readyAt.Store(time.Now().Add(s.ackWait + 100*time.Millisecond).UnixNano())
+		s.log.Warn("jetstream: a pull was cut off with messages in flight; pulling again after AckWait so that they come first",
+			"stream", s.name, "consumer", p.name, "pending", info.NumAckPending, "held", held)
 	}
 	return nil
 }
