@@ -46,10 +46,12 @@ type part struct {
 	batch      njs.MessageBatch
 	batchEpoch uint64
 	fetchedAt  time.Time
-	reconnects uint64 // the connection's reconnect count when the pull opened
-	// unsure: a pull failed or outlived a reconnect, so the server may have
-	// delivered messages of it that never arrived; see [stream.recheck].
-	unsure bool
+	// cseq is the consumer sequence of the last message pulled in epoch
+	// cseqEpoch (0: none yet); skipping drops the rest of the open pull
+	// after a gap in it. See [stream.gap].
+	cseq      uint64
+	cseqEpoch uint64
+	skipping  bool
 	// back holds messages of the open pull to Nak once it ends: a Nak
 	// while the pull is open would bring the message straight back into
 	// it.
@@ -173,7 +175,7 @@ func (s *stream) next1(ctx context.Context, p *part) (njs.Msg, error) {
 		if !p.usable(now) {
 			return nil, s.waitUsable(ctx, time.Duration(p.readyAt.Load()-now))
 		}
-		if err := s.fetch(p); err != nil || p.batch == nil {
+		if err := s.fetch(p); err != nil {
 			return nil, err
 		}
 	}
@@ -253,21 +255,13 @@ func (s *stream) waitUsable(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// fetch opens a pull on p, unless [stream.recheck] defers it (p.batch
-// stays nil and p.readyAt is moved on).
+// fetch opens a pull on p.
 func (s *stream) fetch(p *part) error {
-	if p.unsure {
-		if err := s.recheck(p); err != nil || p.batch != nil || time.Now().UnixNano() < p.readyAt.Load() {
-			return err
-		}
-	}
-	rc := s.t.nc.Stats().Reconnects
 	b, err := p.cons.Fetch(s.pl.cc.fetch, njs.FetchMaxWait(s.pl.cc.fetchWait))
 	if err != nil {
-		p.unsure = true
 		return s.t.errf("pull from %s/%s: %w", s.name, p.name, err)
 	}
-	p.batch, p.batchEpoch, p.fetchedAt, p.reconnects = b, p.epoch.Load(), time.Now(), rc
+	p.batch, p.batchEpoch, p.fetchedAt, p.skipping = b, p.epoch.Load(), time.Now(), false
 	p.fetching.Store(true)
 	return nil
 }
@@ -278,9 +272,6 @@ func (s *stream) endBatch(p *part) error {
 	err := p.batch.Error()
 	p.batch = nil
 	failed := err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, njs.ErrNoMessages)
-	if failed || s.t.nc.Stats().Reconnects != p.reconnects {
-		p.unsure = true
-	}
 	for i, raw := range p.back {
 		_ = raw.Nak()
 		p.back[i] = nil
@@ -296,34 +287,36 @@ func (s *stream) endBatch(p *part) error {
 	return nil
 }
 
-// recheck runs before the next pull on p after one failed or outlived a
-// reconnect: the server may have delivered messages into that pull that
-// never arrived here (the reply was lost with the connection). They stay
-// pending on the consumer and come back only after AckWait, behind any
-// newer message a pull at once would bring, breaking the key's order.
-// So, in ModeExclusive (the only one that keeps order), it asks the
-// server how many messages are pending: more than this member holds
-// unsettled means some went missing, and it defers the next pull by
-// AckWait, like a takeover, so that they are redelivered first. A
-// failed check is returned and leaves p unsure: the caller backs off.
-func (s *stream) recheck(p *part) error {
+// gap reports whether raw, of p's open pull, must be dropped because
+// deliveries of the consumer before it never arrived here: the server
+// delivered them into a pull whose reply was lost (with a connection cut
+// by a restart, a full outbound buffer, or into a pull request the client
+// had given up on). They stay pending until AckWait and then come back;
+// handing out raw now would let it overtake them. In ModeExclusive only
+// this member pulls from the consumer, so its consumer sequence rises by
+// one per delivery here; a jump is a loss. Then raw and the rest of the
+// pull are dropped (they come back after AckWait too, behind the lost
+// ones), and p is not pulled from again before that.
+func (s *stream) gap(p *part, md meta, now time.Time) bool {
 	if s.lease == nil {
-		p.unsure = false
-		return nil
+		return false // ModeShared keeps no order
 	}
-	ctx, cancel := s.t.opCtx(context.Background())
-	defer cancel()
-	info, err := p.cons.Info(ctx)
-	if err != nil {
-		return s.t.errf("pull from %s/%s: checking pending messages after a failed pull: %w", s.name, p.name, err)
+	last := p.cseq
+	if p.cseqEpoch != p.batchEpoch {
+		last = 0 // the lease changed hands since
 	}
-	p.unsure = false
-	if held := p.active.Load(); int64(info.NumAckPending) > held {
-		p.readyAt.Store(time.Now().Add(s.ackWait + 100*time.Millisecond).UnixNano())
-		s.log.Warn("jetstream: a pull was cut off with messages in flight; pulling again after AckWait so that they come first",
-			"stream", s.name, "consumer", p.name, "pending", info.NumAckPending, "held", held)
+	p.cseq, p.cseqEpoch = md.cseq, p.batchEpoch
+	switch {
+	case p.skipping:
+		return true
+	case last == 0 || md.cseq <= last+1:
+		return false
 	}
-	return nil
+	p.skipping = true
+	p.readyAt.Store(now.Add(s.ackWait + 100*time.Millisecond).UnixNano())
+	s.log.Warn("jetstream: messages the server delivered never arrived; pulling again after AckWait so that they come first",
+		"stream", s.name, "consumer", p.name, "lost", md.cseq-last-1)
+	return true
 }
 
 // accept turns raw, pulled from p, into a delivery, or returns nil after
@@ -343,6 +336,9 @@ func (s *stream) accept(p *part, raw njs.Msg) *delivery {
 	md, ok := parseMeta(raw.Reply())
 	if !ok {
 		s.log.Warn("jetstream: a pulled message has no JetStream metadata; dropped", "stream", s.name, "consumer", p.name)
+		return nil
+	}
+	if s.gap(p, md, now) {
 		return nil
 	}
 	if n := s.pl.cc.maxDeliveries; n > 0 && int(md.delivered) > n {
@@ -445,7 +441,9 @@ func (s *stream) Close(ctx context.Context) error {
 // drain reads p's open pull to its end (or ctx's) and returns what it
 // brought, with what was held back from it, to release if still ours.
 func (s *stream) drain(ctx context.Context, p *part) []njs.Msg {
-	mine := p.epoch.Load() == p.batchEpoch && p.held.Load()
+	// After a gap the rest of the pull comes back after AckWait, behind
+	// the lost messages; a Nak would send it ahead of them.
+	mine := p.epoch.Load() == p.batchEpoch && p.held.Load() && !p.skipping
 	out := p.back
 	p.back = nil
 	defer func() {
