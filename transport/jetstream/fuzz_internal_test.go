@@ -340,7 +340,7 @@ func FuzzParseMeta(f *testing.F) {
 		if md.delivered == 0 || md.seq == 0 {
 			t.Fatalf("parseMeta(%q) = %+v: accepted a zero delivery count or sequence", reply, md)
 		}
-		again := fmt.Sprintf("$JS.ACK.S.C.%d.%d.1.%d.0", md.delivered, md.seq, uint64(md.ts))
+		again := fmt.Sprintf("$JS.ACK.S.C.%d.%d.%d.%d.0", md.delivered, md.seq, md.cseq, uint64(md.ts))
 		md2, ok := parseMeta(again)
 		if !ok || md2 != md {
 			t.Fatalf("parseMeta(%q) = %+v; written back as %q it reads %+v, %v", reply, md, again, md2, ok)

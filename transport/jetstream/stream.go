@@ -46,6 +46,12 @@ type part struct {
 	batch      njs.MessageBatch
 	batchEpoch uint64
 	fetchedAt  time.Time
+	// cseq is the consumer sequence of the last message pulled in epoch
+	// cseqEpoch (0: none yet); skipping drops the rest of the open pull
+	// after a gap in it. See [stream.gap].
+	cseq      uint64
+	cseqEpoch uint64
+	skipping  bool
 	// back holds messages of the open pull to Nak once it ends: a Nak
 	// while the pull is open would bring the message straight back into
 	// it.
@@ -255,7 +261,7 @@ func (s *stream) fetch(p *part) error {
 	if err != nil {
 		return s.t.errf("pull from %s/%s: %w", s.name, p.name, err)
 	}
-	p.batch, p.batchEpoch, p.fetchedAt = b, p.epoch.Load(), time.Now()
+	p.batch, p.batchEpoch, p.fetchedAt, p.skipping = b, p.epoch.Load(), time.Now(), false
 	p.fetching.Store(true)
 	return nil
 }
@@ -265,6 +271,7 @@ func (s *stream) fetch(p *part) error {
 func (s *stream) endBatch(p *part) error {
 	err := p.batch.Error()
 	p.batch = nil
+	failed := err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, njs.ErrNoMessages)
 	for i, raw := range p.back {
 		_ = raw.Nak()
 		p.back[i] = nil
@@ -274,10 +281,42 @@ func (s *stream) endBatch(p *part) error {
 	if p.draining.Load() && s.lease != nil {
 		s.lease.poke()
 	}
-	if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, njs.ErrNoMessages) {
+	if failed {
 		return s.t.errf("pull from %s/%s: %w", s.name, p.name, err)
 	}
 	return nil
+}
+
+// gap reports whether raw, of p's open pull, must be dropped because
+// deliveries of the consumer before it never arrived here: the server
+// delivered them into a pull whose reply was lost (with a connection cut
+// by a restart, a full outbound buffer, or into a pull request the client
+// had given up on). They stay pending until AckWait and then come back;
+// handing out raw now would let it overtake them. In ModeExclusive only
+// this member pulls from the consumer, so its consumer sequence rises by
+// one per delivery here; a jump is a loss. Then raw and the rest of the
+// pull are dropped (they come back after AckWait too, behind the lost
+// ones), and p is not pulled from again before that.
+func (s *stream) gap(p *part, md meta, now time.Time) bool {
+	if s.lease == nil {
+		return false // ModeShared keeps no order
+	}
+	last := p.cseq
+	if p.cseqEpoch != p.batchEpoch {
+		last = 0 // the lease changed hands since
+	}
+	p.cseq, p.cseqEpoch = md.cseq, p.batchEpoch
+	switch {
+	case p.skipping:
+		return true
+	case last == 0 || md.cseq <= last+1:
+		return false
+	}
+	p.skipping = true
+	p.readyAt.Store(now.Add(s.ackWait + 100*time.Millisecond).UnixNano())
+	s.log.Warn("jetstream: messages the server delivered never arrived; pulling again after AckWait so that they come first",
+		"stream", s.name, "consumer", p.name, "lost", md.cseq-last-1)
+	return true
 }
 
 // accept turns raw, pulled from p, into a delivery, or returns nil after
@@ -297,6 +336,9 @@ func (s *stream) accept(p *part, raw njs.Msg) *delivery {
 	md, ok := parseMeta(raw.Reply())
 	if !ok {
 		s.log.Warn("jetstream: a pulled message has no JetStream metadata; dropped", "stream", s.name, "consumer", p.name)
+		return nil
+	}
+	if s.gap(p, md, now) {
 		return nil
 	}
 	if n := s.pl.cc.maxDeliveries; n > 0 && int(md.delivered) > n {
@@ -399,7 +441,9 @@ func (s *stream) Close(ctx context.Context) error {
 // drain reads p's open pull to its end (or ctx's) and returns what it
 // brought, with what was held back from it, to release if still ours.
 func (s *stream) drain(ctx context.Context, p *part) []njs.Msg {
-	mine := p.epoch.Load() == p.batchEpoch && p.held.Load()
+	// After a gap the rest of the pull comes back after AckWait, behind
+	// the lost messages; a Nak would send it ahead of them.
+	mine := p.epoch.Load() == p.batchEpoch && p.held.Load() && !p.skipping
 	out := p.back
 	p.back = nil
 	defer func() {

@@ -351,6 +351,7 @@ func brokerID(stream string, seq uint64) string {
 type meta struct {
 	delivered uint64 // NumDelivered
 	seq       uint64 // the stream sequence
+	cseq      uint64 // the consumer sequence: +1 for every delivery of the consumer
 	ts        int64  // when the stream stored it, unix nanos
 }
 
@@ -381,6 +382,8 @@ func parseMeta(reply string) (meta, bool) {
 			m.delivered = parseUint(part)
 		case 1:
 			m.seq = parseUint(part)
+		case 2:
+			m.cseq = parseUint(part)
 		case 3:
 			m.ts = int64(parseUint(part))
 			if m.delivered == 0 || m.seq == 0 {

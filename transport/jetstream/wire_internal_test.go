@@ -11,9 +11,9 @@ func TestParseMeta(t *testing.T) {
 		want  meta
 		ok    bool
 	}{
-		{"$JS.ACK.ORDERS.billing.3.42.40.1700000000123456789.5", meta{3, 42, 1700000000123456789}, true},
-		{"$JS.ACK._.a1b2.ORDERS.billing.1.7.7.1700000000000000001.0.r4nd", meta{1, 7, 1700000000000000001}, true},
-		{"$JS.ACK.hub.a1b2.ORDERS.billing.2.8.9.1700000000000000002.0.r4nd.extra", meta{2, 8, 1700000000000000002}, true},
+		{"$JS.ACK.ORDERS.billing.3.42.40.1700000000123456789.5", meta{3, 42, 40, 1700000000123456789}, true},
+		{"$JS.ACK._.a1b2.ORDERS.billing.1.7.7.1700000000000000001.0.r4nd", meta{1, 7, 7, 1700000000000000001}, true},
+		{"$JS.ACK.hub.a1b2.ORDERS.billing.2.8.9.1700000000000000002.0.r4nd.extra", meta{2, 8, 9, 1700000000000000002}, true},
 		{"_INBOX.abc", meta{}, false},
 		{"$JS.ACK.ORDERS.billing.3.42", meta{}, false},
 		{"$JS.ACK.ORDERS.billing.x.42.40.1.5", meta{}, false},
