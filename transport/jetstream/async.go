@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -227,7 +228,16 @@ func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) e
 	if err := t.check(); err != nil {
 		return err
 	}
-	return transport.PublishAll(ctx, t, msgs)
+	err := transport.PublishAll(ctx, t, msgs)
+	var be *transport.BatchError
+	if errors.As(err, &be) {
+		for i, e := range be.Errs {
+			if e != nil && !strings.HasPrefix(e.Error(), "jetstream:") {
+				be.Errs[i] = t.errf("%w", e) // PublishAll's own (ctx ended): name the server, as every error here does
+			}
+		}
+	}
+	return err
 }
 
 // closeAsync stops PublishAsync (t.closed is set: a send after this
