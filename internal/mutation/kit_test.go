@@ -64,7 +64,7 @@ const childTimeout = "90s"
 // kit, which must fit CI's two minutes (issue 28). The transports' groups,
 // each needing its broker and minutes of builds, run on demand with
 // FERRY_MUTANTS (see the package doc).
-var defaultGroups = []string{"core", "batch"}
+var defaultGroups = []string{"core"}
 
 // selectedGroups returns the groups to run, sorted: FERRY_MUTANTS=all for
 // every group, a comma-separated list of groups for those, the default
