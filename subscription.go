@@ -287,6 +287,12 @@ func (s *subscription) receive(w *worker) (d transport.Delivery, more bool) {
 				continue
 			}
 		}
+		if s.batch != nil {
+			// Filed while holding the turn, so that the batch's arrival
+			// order is the order received, whichever worker received.
+			s.batch.add(d)
+			continue
+		}
 		if len(s.workers) == 1 || s.handleNanos.Load() >= int64(inlineBelow) {
 			s.intake.Unlock()
 			return d, true

@@ -80,7 +80,7 @@ func init() {
 			Find:     "func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {\n\ts := d.s\n",
 			Replace:  "func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {\n\ts := d.s\n\tif s != nil {\n\t\treturn nil\n\t}\n",
 			Run:      "^TestMaxExtend$/^ExtendBeyond$",
-			Want:     "Extend(2s) must hold the entry beyond max_extend",
+			Want:     "Extend(5s) must hold the entry beyond max_extend",
 			Requires: redisUp,
 		},
 		{

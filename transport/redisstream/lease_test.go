@@ -51,12 +51,14 @@ func nothingWithin(t *testing.T, st transport.Stream, d time.Duration, why strin
 // beyond max_extend, until d.
 func TestMaxExtend(t *testing.T) {
 	requireShared(t)
-	const maxExtend = 600 * time.Millisecond
+	// Leases of a second: wide enough that a loaded machine does not delay
+	// a heartbeat past claim_idle (300ms failed there once).
+	const maxExtend = 1500 * time.Millisecond
 	ctx := context.Background()
 	subscribe := func(t *testing.T) (*redisstream.Transport, transport.Stream, string) {
 		topic := uniq("maxextend")
 		cleanupKeys(t, sharedAddr, topic)
-		tr := open(t, "redis://"+sharedAddr+leaseQuery+"&max_extend=600ms")
+		tr := open(t, "redis://"+sharedAddr+"?mode=shared&claim_idle=1s&claim_interval=100ms&block=100ms&max_extend=1500ms")
 		st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "g"})
 		if err != nil {
 			t.Fatal(err)
@@ -79,7 +81,7 @@ func TestMaxExtend(t *testing.T) {
 		if took < maxExtend {
 			t.Errorf("taken over %v after receipt; the heartbeat must hold it for max_extend (%v)", took, maxExtend)
 		}
-		t.Logf("held %v by the heartbeat, then taken over (max_extend %v, claim_idle 300ms)", took.Round(time.Millisecond), maxExtend)
+		t.Logf("held %v by the heartbeat, then taken over (max_extend %v, claim_idle 1s)", took.Round(time.Millisecond), maxExtend)
 		if err := d.Ack(ctx); !errors.Is(err, transport.ErrRevoked) && err != nil {
 			t.Errorf("Ack of the first delivery: %v", err)
 		}
@@ -89,12 +91,12 @@ func TestMaxExtend(t *testing.T) {
 	t.Run("ExtendBeyond", func(t *testing.T) {
 		_, st, _ := subscribe(t)
 		d := receiveWithin(t, st, 5*time.Second)
-		if err := d.(transport.Extender).Extend(ctx, 2*time.Second); err != nil {
+		if err := d.(transport.Extender).Extend(ctx, 5*time.Second); err != nil {
 			t.Fatalf("Extend: %v", err)
 		}
-		nothingWithin(t, st, 1500*time.Millisecond, "Extend(2s) must hold the entry beyond max_extend (600ms)")
+		nothingWithin(t, st, 3500*time.Millisecond, "Extend(5s) must hold the entry beyond max_extend (1.5s) and claim_idle (1s)")
 		if err := d.Ack(ctx); err != nil {
-			t.Fatalf("Ack after 1.5s under Extend: %v", err)
+			t.Fatalf("Ack after 3.5s under Extend: %v", err)
 		}
 	})
 }
