@@ -3,10 +3,7 @@ package jetstream
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ferrymq/ferry/transport"
@@ -62,27 +59,17 @@ func (URLOpener) OpenURL(ctx context.Context, u *url.URL) (transport.Transport, 
 // path by which [New] and [URLOpener] configure a transport.
 func parse(rawURL string, opts []Option) (config, error) {
 	cfg := defaultConfig()
-	u, err := url.Parse(rawURL)
+	u, err := transport.ParseURL("jetstream", rawURL, Scheme)
 	if err != nil {
-		// url.Error repeats the URL, password included: do not wrap it.
-		return cfg, fmt.Errorf("%w: jetstream: cannot parse the URL", transport.ErrInvalidOption)
+		return cfg, err
 	}
-	if !strings.EqualFold(u.Scheme, Scheme) {
-		return cfg, fmt.Errorf("%w: jetstream: scheme %q: want %s", transport.ErrInvalidOption, u.Scheme, Scheme)
-	}
-	if u.Opaque != "" || (u.Path != "" && u.Path != "/") {
+	if u.Path != "" && u.Path != "/" {
 		return cfg, fmt.Errorf("%w: jetstream: want nats://[user[:password]@]host[:port][?key=value…], with no path", transport.ErrInvalidOption)
 	}
-	if u.Host != "" {
-		host, port := u.Hostname(), u.Port()
-		if port == "" {
-			port = "4222"
-		}
-		if n, err := strconv.Atoi(port); host == "" || err != nil || n < 1 || n > 65535 ||
-			(strings.Contains(host, ":") && !strings.HasPrefix(u.Host, "[")) {
-			return cfg, fmt.Errorf("%w: jetstream: the URL's host: want host[:port] with a port from 1 to 65535, an IPv6 address in brackets", transport.ErrInvalidOption)
-		}
-		cfg.addr = net.JoinHostPort(host, port)
+	if addr, err := transport.HostPort("jetstream", u, "4222"); err != nil {
+		return cfg, err
+	} else if addr != "" {
+		cfg.addr = addr
 	}
 	if u.User != nil {
 		if pw, ok := u.User.Password(); ok {

@@ -97,12 +97,9 @@ func parse(rawURL string, opts []Option) ([]string, config, error) {
 	bad := func(format string, args ...any) ([]string, config, error) {
 		return nil, cfg, fmt.Errorf("%w: kafka: "+format, append([]any{transport.ErrInvalidOption}, args...)...)
 	}
-	u, err := url.Parse(rawURL)
+	u, err := transport.ParseURL("kafka", rawURL, Scheme)
 	if err != nil {
-		return bad("cannot parse the URL")
-	}
-	if !strings.EqualFold(u.Scheme, Scheme) {
-		return bad("scheme %q is not %q", u.Scheme, Scheme)
+		return nil, cfg, err
 	}
 	if u.Path != "" && u.Path != "/" {
 		return bad("unexpected path %q: the brokers are the host, kafka://host:port,host:port", u.Path)

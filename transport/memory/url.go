@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"strings"
 	"sync"
 
 	"github.com/ferrymq/ferry/transport"
@@ -23,12 +22,9 @@ const (
 // path by which [New] and [URLOpener] configure a broker.
 func parse(rawURL string, opts []Option) (config, error) {
 	cfg := defaultConfig()
-	u, err := url.Parse(rawURL)
+	u, err := transport.ParseURL("memory", rawURL, Scheme)
 	if err != nil {
-		return cfg, fmt.Errorf("%w: memory: cannot parse the URL", transport.ErrInvalidOption)
-	}
-	if !strings.EqualFold(u.Scheme, Scheme) {
-		return cfg, fmt.Errorf("%w: memory: scheme %q is not %q", transport.ErrInvalidOption, u.Scheme, Scheme)
+		return cfg, err
 	}
 	if u.User != nil {
 		return cfg, fmt.Errorf("%w: memory: URLs take no user or password", transport.ErrInvalidOption)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"strings"
 
 	"github.com/ferrymq/ferry/transport"
 )
@@ -41,15 +40,11 @@ const (
 // library ("tcp://host:1883" or "ssl://host:8883").
 func parse(rawURL string, opts []Option) (config, string, error) {
 	cfg := defaultConfig()
-	u, err := url.Parse(rawURL)
+	u, err := transport.ParseURL("mqtt", rawURL, Scheme, SchemeTLS)
 	if err != nil {
-		return cfg, "", fmt.Errorf("%w: mqtt: cannot parse the URL (want mqtt://host:1883 or mqtts://host:8883)", transport.ErrInvalidOption)
+		return cfg, "", err
 	}
-	scheme := strings.ToLower(u.Scheme)
-	if scheme != Scheme && scheme != SchemeTLS {
-		return cfg, "", fmt.Errorf("%w: mqtt: URL %s: scheme %q is not %q or %q",
-			transport.ErrInvalidOption, transport.Redact(u), u.Scheme, Scheme, SchemeTLS)
-	}
+	scheme := u.Scheme
 	if u.Host == "" || u.Hostname() == "" {
 		return cfg, "", fmt.Errorf("%w: mqtt: URL %s: no host: want %s://host:port", transport.ErrInvalidOption, transport.Redact(u), scheme)
 	}

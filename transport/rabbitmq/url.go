@@ -59,14 +59,11 @@ type endpoint struct {
 func parse(rawURL string, opts []Option) (config, endpoint, error) {
 	cfg := defaultConfig()
 	var ep endpoint
-	u, err := url.Parse(rawURL)
+	u, err := transport.ParseURL("rabbitmq", rawURL, "amqp", "amqps")
 	if err != nil {
-		return cfg, ep, fmt.Errorf("%w: rabbitmq: cannot parse the URL (a reserved character in the user or password must be %%-escaped)", transport.ErrInvalidOption)
+		return cfg, ep, err
 	}
-	scheme := strings.ToLower(u.Scheme)
-	if scheme != "amqp" && scheme != "amqps" {
-		return cfg, ep, fmt.Errorf("%w: rabbitmq: scheme %q is not amqp or amqps", transport.ErrInvalidOption, u.Scheme)
-	}
+	scheme := u.Scheme
 	if u.Opaque != "" || u.Host == "" {
 		return cfg, ep, fmt.Errorf("%w: rabbitmq: the URL names no host: want %s://user:password@host:port/vhost", transport.ErrInvalidOption, scheme)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -60,30 +59,17 @@ func (URLOpener) OpenURL(ctx context.Context, u *url.URL) (transport.Transport, 
 // path by which [New] and [URLOpener] configure a transport.
 func parse(rawURL string, opts []Option) (config, error) {
 	cfg := defaultConfig()
-	u, err := url.Parse(rawURL)
+	u, err := transport.ParseURL("redisstream", rawURL, Scheme, SchemeTLS)
 	if err != nil {
-		return cfg, fmt.Errorf("%w: redisstream: cannot parse the URL", transport.ErrInvalidOption)
+		return cfg, err
 	}
-	switch strings.ToLower(u.Scheme) {
-	case Scheme:
-	case SchemeTLS:
+	if u.Scheme == SchemeTLS {
 		cfg.tls = &tls.Config{MinVersion: tls.VersionTLS12}
-	default:
-		return cfg, fmt.Errorf("%w: redisstream: scheme %q: want redis or rediss", transport.ErrInvalidOption, u.Scheme)
 	}
-	if u.Opaque != "" {
-		return cfg, fmt.Errorf("%w: redisstream: want redis://[user[:password]@]host[:port][/db]", transport.ErrInvalidOption)
-	}
-	if u.Host != "" {
-		host, port := u.Hostname(), u.Port()
-		if port == "" {
-			port = "6379"
-		}
-		if n, err := strconv.Atoi(port); host == "" || err != nil || n < 1 || n > 65535 ||
-			(strings.Contains(host, ":") && !strings.HasPrefix(u.Host, "[")) {
-			return cfg, fmt.Errorf("%w: redisstream: %s: want host[:port], an IPv6 address in brackets", transport.ErrInvalidOption, transport.Redact(u))
-		}
-		cfg.addr = net.JoinHostPort(host, port)
+	if addr, err := transport.HostPort("redisstream", u, "6379"); err != nil {
+		return cfg, err
+	} else if addr != "" {
+		cfg.addr = addr
 	}
 	if u.User != nil {
 		if pw, ok := u.User.Password(); ok {

@@ -1,7 +1,6 @@
 package awsconf
 
 import (
-	"net/url"
 	"strings"
 
 	"github.com/ferrymq/ferry/transport"
@@ -38,14 +37,9 @@ const (
 // wrapping transport.ErrInvalidOption.
 func Parse(scheme, rawURL string, opts []Option) (Config, error) {
 	c := Default(scheme)
-	u, err := url.Parse(rawURL)
+	u, err := transport.ParseURL(scheme, rawURL, scheme)
 	if err != nil {
-		c.Fail("cannot parse the URL")
-		return c, c.err
-	}
-	if !strings.EqualFold(u.Scheme, scheme) {
-		c.Fail("URL scheme is %q, want %q", u.Scheme, scheme)
-		return c, c.err
+		return c, err
 	}
 	if u.User != nil {
 		c.Fail("credentials in the URL are not supported: use the AWS configuration chain (environment, shared files, profile=, roles)")
