@@ -38,9 +38,11 @@
 //   - const Scheme, registered from init with an [Opener] that calls New
 //     with the URL: transport.Open(ctx, url) and New parse the same way.
 //   - func New(ctx context.Context, rawURL string, opts ...Option)
-//     (*Transport, error). rawURL is the transport's URL; its query keys map
-//     one to one onto Options, read with [ParseQuery] (one rule for every
-//     transport: each key once, every key known). opts apply after the
+//     (*Transport, error). rawURL is the transport's URL, read with
+//     [ParseURL] (and [HostPort] where it names one server); its query keys
+//     map one to one onto Options, listed once as a table of [Key] and read
+//     with [ParseQuery] and [Options] (one rule for every transport: each
+//     key once, every key known). opts apply after the
 //     URL's, so code overrides text. New validates everything and returns an
 //     error wrapping [ErrInvalidOption] naming the option; nothing is
 //     reported later. ctx bounds the connection; every network call also

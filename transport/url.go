@@ -62,8 +62,5 @@ func quoteOr(schemes []string) string {
 	for i, s := range schemes {
 		q[i] = strconv.Quote(s)
 	}
-	if len(q) < 2 {
-		return strings.Join(q, "")
-	}
-	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+	return orList(q)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"time"
 
 	"github.com/ferrymq/ferry/transport"
 )
@@ -81,66 +80,11 @@ func parse(rawURL string, opts []Option) (config, error) {
 		}
 	}
 	q := transport.ParseQuery(Scheme, u.RawQuery)
-	var fromURL []Option
-	if s, ok := q.String(keyName); ok {
-		fromURL = append(fromURL, ClientName(s))
-	}
-	if d, ok := q.Duration(keyTimeout); ok {
-		fromURL = append(fromURL, Timeout(d))
-	}
-	if n, ok := q.Int(keyMaxPayload); ok {
-		fromURL = append(fromURL, MaxPayload(n))
-	}
-	if s, ok := q.String(keyNKeySeedFile); ok {
-		fromURL = append(fromURL, NKeySeedFile(s))
-	}
-	if b, ok := q.Bool(keyTLS); ok {
-		fromURL = append(fromURL, optionFunc(func(c *config) { c.useTLS = c.useTLS || b }))
-	}
+	fromURL := transport.Options(q, connKeys...)
 	if f := q.TLSFiles(); f.Any() { // tls_ca, tls_cert and tls_key, as on every transport
 		fromURL = append(fromURL, optionFunc(func(c *config) {
 			c.tlsCA, c.tlsCert, c.tlsKey, c.useTLS = f.CA, f.Cert, f.Key, true
 		}))
-	}
-	if s, ok := q.String(keyStream); ok {
-		fromURL = append(fromURL, Stream(s))
-	}
-	if b, ok := q.Bool(keyCreate); ok {
-		fromURL = append(fromURL, Create(b))
-	}
-	if s, ok := q.String(keyStorage); ok {
-		switch s {
-		case "file":
-			fromURL = append(fromURL, Storage(FileStorage))
-		case "memory":
-			fromURL = append(fromURL, Storage(MemoryStorage))
-		default:
-			q.Fail(keyStorage, "want file or memory")
-		}
-	}
-	if n, ok := q.Int(keyReplicas); ok {
-		fromURL = append(fromURL, Replicas(n))
-	}
-	if d, ok := q.Duration(keyMaxAge); ok {
-		fromURL = append(fromURL, MaxAge(d))
-	}
-	if d, ok := q.Duration(keyDuplicates); ok {
-		fromURL = append(fromURL, DuplicateWindow(d))
-	}
-	if n, ok := q.Int(keyPartitions); ok {
-		fromURL = append(fromURL, Partitions(n))
-	}
-	if b, ok := q.Bool(keyKeySubject); ok {
-		fromURL = append(fromURL, KeySubject(b))
-	}
-	if b, ok := q.Bool(keyDedupe); ok {
-		fromURL = append(fromURL, Dedupe(b))
-	}
-	if n, ok := q.Int(keyWindow); ok {
-		fromURL = append(fromURL, PublishWindow(n))
-	}
-	if b, ok := q.Bool(keyPlaintext); ok {
-		fromURL = append(fromURL, AllowPlaintextAuth(b))
 	}
 	fromURL = append(fromURL, consumeOptions(q)...)
 	if err := q.Err(); err != nil {
@@ -169,52 +113,50 @@ func parse(rawURL string, opts []Option) (config, error) {
 	return cfg, cfg.err
 }
 
+// connKeys are the URL's keys of the connection, the stream and
+// publishing, each the Option of the same name.
+var connKeys = []transport.Key[Option]{
+	transport.StringKey(keyName, ClientName),
+	transport.DurationKey(keyTimeout, Timeout),
+	transport.IntKey(keyMaxPayload, MaxPayload),
+	transport.StringKey(keyNKeySeedFile, NKeySeedFile),
+	transport.BoolKey(keyTLS, func(b bool) Option {
+		return optionFunc(func(c *config) { c.useTLS = c.useTLS || b })
+	}),
+	transport.StringKey(keyStream, Stream),
+	transport.BoolKey(keyCreate, Create),
+	transport.EnumKey(keyStorage,
+		transport.Value("file", Storage(FileStorage)),
+		transport.Value("memory", Storage(MemoryStorage))),
+	transport.IntKey(keyReplicas, Replicas),
+	transport.DurationKey(keyMaxAge, MaxAge),
+	transport.DurationKey(keyDuplicates, DuplicateWindow),
+	transport.IntKey(keyPartitions, Partitions),
+	transport.BoolKey(keyKeySubject, KeySubject),
+	transport.BoolKey(keyDedupe, Dedupe),
+	transport.IntKey(keyWindow, PublishWindow),
+	transport.BoolKey(keyPlaintext, AllowPlaintextAuth),
+}
+
+// consumeKeys are the consume keys, of a URL's query or a Subscription's
+// Options.
+var consumeKeys = []transport.Key[Option]{
+	transport.EnumKey(keyMode,
+		transport.Value("exclusive", ConsumeMode(ModeExclusive)),
+		transport.Value("shared", ConsumeMode(ModeShared))),
+	transport.DurationKey(keyAckWait, AckWait),
+	transport.DurationKey(keyMaxExtend, MaxExtend),
+	transport.DurationKey(keyFetchWait, FetchWait),
+	transport.DurationKey(keyLease, Lease),
+	transport.IntKey(keyFetch, Fetch),
+	transport.IntKey(keyMaxAckPending, MaxAckPending),
+	transport.IntKey(keyMaxDeliveries, MaxDeliveries),
+	transport.StringKey(keyDeadLetter, DeadLetter),
+}
+
 // consumeOptions reads the consume keys of q (a URL's query or a
 // Subscription's Options) as Options.
-func consumeOptions(q *transport.Query) []Option {
-	var opts []Option
-	if s, ok := q.String(keyMode); ok {
-		switch s {
-		case "exclusive":
-			opts = append(opts, ConsumeMode(ModeExclusive))
-		case "shared":
-			opts = append(opts, ConsumeMode(ModeShared))
-		default:
-			q.Fail(keyMode, "want exclusive or shared")
-		}
-	}
-	durations := []struct {
-		key string
-		opt func(time.Duration) Option
-	}{
-		{keyAckWait, AckWait},
-		{keyMaxExtend, MaxExtend},
-		{keyFetchWait, FetchWait},
-		{keyLease, Lease},
-	}
-	for _, k := range durations {
-		if d, ok := q.Duration(k.key); ok {
-			opts = append(opts, k.opt(d))
-		}
-	}
-	ints := []struct {
-		key string
-		opt func(int) Option
-	}{
-		{keyFetch, Fetch},
-		{keyMaxAckPending, MaxAckPending},
-		{keyMaxDeliveries, MaxDeliveries},
-	}
-	for _, k := range ints {
-		if n, ok := q.Int(k.key); ok {
-			opts = append(opts, k.opt(n))
-		}
-	}
-	if s, ok := q.String(keyDeadLetter); ok {
-		opts = append(opts, DeadLetter(s))
-	}
-	return opts
-}
+func consumeOptions(q *transport.Query) []Option { return transport.Options(q, consumeKeys...) }
 
 // subscriptionConfig returns the transport's consume settings with
 // sub.Options applied, or an error wrapping [transport.ErrInvalidOption].

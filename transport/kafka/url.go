@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/ferrymq/ferry/transport"
 )
@@ -88,6 +87,28 @@ func (*URLOpener) OpenURL(ctx context.Context, u *url.URL) (transport.Transport,
 	return New(ctx, u.String())
 }
 
+// urlKeys are the URL's query keys that map one to one onto an Option
+// (the SASL and TLS keys are read apart: they combine with the user info).
+var urlKeys = []transport.Key[Option]{
+	transport.StringKey(keyGroup, Group),
+	transport.StringKey(keyClientID, ClientID),
+	transport.StringKey(keyVersion, Version),
+	transport.StringKey(keyPartitioner, func(v string) Option { return Partitioner(Partitioning(v)) }),
+	transport.StringKey(keyCompression, Compression),
+	transport.StringKey(keyStart, func(v string) Option { return StartAt(Position(v)) }),
+	transport.StringKey(keyBalance, func(v string) Option { return Assignment(Balance(v)) }),
+	transport.IntKey(keyMaxPayload, MaxPayload),
+	transport.IntKey(keyWindow, PartitionWindow),
+	transport.IntKey(keyPublishWindow, PublishWindow),
+	transport.DurationKey(keyLinger, Linger),
+	transport.DurationKey(keyDeliveryTimeout, DeliveryTimeout),
+	transport.DurationKey(keyRevokeTimeout, RevokeTimeout),
+	transport.DurationKey(keySessionTimeout, SessionTimeout),
+	transport.DurationKey(keyHeartbeat, Heartbeat),
+	transport.DurationKey(keyCommitInterval, CommitInterval),
+	transport.DurationKey(keyConnectTimeout, ConnectTimeout),
+}
+
 // parse reads rawURL's brokers and settings into a config, then applies
 // opts: the one path by which [New] and [URLOpener] configure a
 // Transport. Its errors wrap [transport.ErrInvalidOption] and never show
@@ -115,37 +136,8 @@ func parse(rawURL string, opts []Option) ([]string, config, error) {
 	}
 
 	q := transport.ParseQuery(Scheme, u.RawQuery)
-	str := func(key string, o func(string) Option) {
-		if v, ok := q.String(key); ok {
-			o(v).apply(&cfg)
-		}
-	}
-	str(keyGroup, Group)
-	str(keyClientID, ClientID)
-	str(keyVersion, Version)
-	str(keyPartitioner, func(v string) Option { return Partitioner(Partitioning(v)) })
-	str(keyCompression, Compression)
-	str(keyStart, func(v string) Option { return StartAt(Position(v)) })
-	str(keyBalance, func(v string) Option { return Assignment(Balance(v)) })
-	for _, k := range []struct {
-		key string
-		o   func(int) Option
-	}{{keyMaxPayload, MaxPayload}, {keyWindow, PartitionWindow}, {keyPublishWindow, PublishWindow}} {
-		if n, ok := q.Int(k.key); ok {
-			k.o(n).apply(&cfg)
-		}
-	}
-	for _, k := range []struct {
-		key string
-		o   func(time.Duration) Option
-	}{
-		{keyLinger, Linger}, {keyDeliveryTimeout, DeliveryTimeout}, {keyRevokeTimeout, RevokeTimeout},
-		{keySessionTimeout, SessionTimeout}, {keyHeartbeat, Heartbeat}, {keyCommitInterval, CommitInterval},
-		{keyConnectTimeout, ConnectTimeout},
-	} {
-		if d, ok := q.Duration(k.key); ok {
-			k.o(d).apply(&cfg)
-		}
+	for _, o := range transport.Options(q, urlKeys...) {
+		o.apply(&cfg)
 	}
 
 	// SASL from the user info and the mechanism's key.

@@ -34,14 +34,11 @@ func parse(rawURL string, opts []Option) (config, error) {
 			transport.ErrInvalidOption, u.Path)
 	}
 	q := transport.ParseQuery(Scheme, u.RawQuery)
-	if n, ok := q.Int(keyPartitions); ok {
-		Partitions(n).apply(&cfg)
-	}
-	if n, ok := q.Int(keyRetention); ok {
-		Retention(n).apply(&cfg)
-	}
-	if n, ok := q.Int(keyMaxPayload); ok {
-		MaxPayload(n).apply(&cfg)
+	for _, o := range transport.Options(q,
+		transport.IntKey(keyPartitions, Partitions),
+		transport.IntKey(keyRetention, Retention),
+		transport.IntKey(keyMaxPayload, MaxPayload)) {
+		o.apply(&cfg)
 	}
 	if err := q.Err(); err != nil {
 		return cfg, err

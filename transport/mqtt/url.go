@@ -34,6 +34,30 @@ const (
 	keyWindow         = "window"               // AsyncWindow
 )
 
+// urlKeys are the URL's query keys that map one to one onto an Option
+// (the session, QoS, ID, key and TLS keys are read apart: they check or
+// combine their values).
+var urlKeys = []transport.Key[Option]{
+	transport.StringKey(keyClientID, ClientID),
+	transport.DurationKey(keyKeepAlive, KeepAlive),
+	transport.DurationKey(keyConnectTimeout, ConnectTimeout),
+	transport.DurationKey(keyReconnectMax, MaxReconnectInterval),
+	transport.BoolKey(keyRetain, Retain),
+	transport.EnumKey(keyFormat,
+		transport.Value("properties", PayloadFormat(Properties)),
+		transport.Value("envelope", PayloadFormat(Envelope)),
+		transport.Value("raw", PayloadFormat(Raw))),
+	transport.EnumKey(keyProtocol,
+		transport.Value("5", Protocol(MQTT5)),
+		transport.Value("5.0", Protocol(MQTT5)),
+		transport.Value("3.1.1", Protocol(MQTT311))),
+	transport.DurationKey(keySessionExpiry, SessionExpiry),
+	transport.DurationKey(keyCallTimeout, CallTimeout),
+	transport.IntKey(keyWindow, AsyncWindow),
+	transport.IntKey(keyMaxPayload, MaxPayload),
+	transport.StringKey(keyDLQPrefix, DLQPrefix),
+}
+
 // parse reads rawURL's address, credentials and query into a config, then
 // applies opts: the one path by which [New] and [URLOpener] configure a
 // Transport. It returns the config and the server URI for the client
@@ -56,45 +80,11 @@ func parse(rawURL string, opts []Option) (config, string, error) {
 		Credentials(u.User.Username(), pw).apply(&cfg)
 	}
 	q := transport.ParseQuery(Scheme, u.RawQuery)
-	if v, ok := q.String(keyClientID); ok {
-		ClientID(v).apply(&cfg)
-	}
-	if d, ok := q.Duration(keyKeepAlive); ok {
-		KeepAlive(d).apply(&cfg)
-	}
-	if d, ok := q.Duration(keyConnectTimeout); ok {
-		ConnectTimeout(d).apply(&cfg)
-	}
-	if d, ok := q.Duration(keyReconnectMax); ok {
-		MaxReconnectInterval(d).apply(&cfg)
-	}
-	if b, ok := q.Bool(keyRetain); ok {
-		Retain(b).apply(&cfg)
+	for _, o := range transport.Options(q, urlKeys...) {
+		o.apply(&cfg)
 	}
 	if b, ok := q.Bool(keyRemoveSessions); ok && b {
 		RemoveSessionsOnClose().apply(&cfg)
-	}
-	if v, ok := q.String(keyFormat); ok {
-		switch v {
-		case "properties":
-			PayloadFormat(Properties).apply(&cfg)
-		case "envelope":
-			PayloadFormat(Envelope).apply(&cfg)
-		case "raw":
-			PayloadFormat(Raw).apply(&cfg)
-		default:
-			q.Fail(keyFormat, "want properties, envelope or raw")
-		}
-	}
-	if v, ok := q.String(keyProtocol); ok {
-		switch v {
-		case "5", "5.0":
-			Protocol(MQTT5).apply(&cfg)
-		case "3.1.1":
-			Protocol(MQTT311).apply(&cfg)
-		default:
-			q.Fail(keyProtocol, "want 5 or 3.1.1")
-		}
 	}
 	if n, ok := q.Int(keyQoS); ok {
 		if n != 1 && n != 2 {
@@ -102,15 +92,6 @@ func parse(rawURL string, opts []Option) (config, string, error) {
 		} else {
 			QoS(n).apply(&cfg)
 		}
-	}
-	if d, ok := q.Duration(keySessionExpiry); ok {
-		SessionExpiry(d).apply(&cfg)
-	}
-	if d, ok := q.Duration(keyCallTimeout); ok {
-		CallTimeout(d).apply(&cfg)
-	}
-	if n, ok := q.Int(keyWindow); ok {
-		AsyncWindow(n).apply(&cfg)
 	}
 	if b, ok := q.Bool(keyPlaintextAuth); ok && b {
 		AllowPlaintextAuth().apply(&cfg)
@@ -128,12 +109,6 @@ func parse(rawURL string, opts []Option) (config, string, error) {
 		} else {
 			KeyFrom(f).apply(&cfg)
 		}
-	}
-	if n, ok := q.Int(keyMaxPayload); ok {
-		MaxPayload(n).apply(&cfg)
-	}
-	if v, ok := q.String(keyDLQPrefix); ok {
-		DLQPrefix(v).apply(&cfg)
 	}
 	// tls_ca, tls_cert and tls_key, as on every transport.
 	if f := q.TLSFiles(); f.Any() {

@@ -52,6 +52,23 @@ type endpoint struct {
 	tls  bool   // the connection uses TLS
 }
 
+// urlKeys are the URL's query keys, each the Option of the same name
+// (the TLS keys are read apart: they combine).
+var urlKeys = []transport.Key[Option]{
+	transport.StringKey(keyQueueType, QueueType),
+	transport.StringKey(keyExchangeType, ExchangeKind),
+	transport.IntKey(keyDeliveryLimit, DeliveryLimit),
+	transport.IntKey(keyPrefetch, Prefetch),
+	transport.DurationKey(keyHeartbeat, Heartbeat),
+	transport.BoolKey(keyMandatory, Mandatory),
+	transport.BoolKey(keyOrdered, Ordered),
+	transport.IntKey(keyShards, Shards),
+	transport.IntKey(keyPublishChannels, PublishChannels),
+	transport.IntKey(keyPublishWindow, PublishWindow),
+	transport.DurationKey(keyTimeout, Timeout),
+	transport.BoolKey(keyPlaintextAuth, AllowPlaintextAuth),
+}
+
 // parse reads rawURL's settings into a config, then applies opts: the one
 // path by which [New] and transport.Open configure a Transport. Errors wrap
 // transport.ErrInvalidOption, name the key or Option, and never contain the
@@ -68,41 +85,8 @@ func parse(rawURL string, opts []Option) (config, endpoint, error) {
 		return cfg, ep, fmt.Errorf("%w: rabbitmq: the URL names no host: want %s://user:password@host:port/vhost", transport.ErrInvalidOption, scheme)
 	}
 	q := transport.ParseQuery("rabbitmq", u.RawQuery)
-	if v, ok := q.String(keyQueueType); ok {
-		QueueType(v).apply(&cfg)
-	}
-	if v, ok := q.String(keyExchangeType); ok {
-		ExchangeKind(v).apply(&cfg)
-	}
-	if n, ok := q.Int(keyDeliveryLimit); ok {
-		DeliveryLimit(n).apply(&cfg)
-	}
-	if n, ok := q.Int(keyPrefetch); ok {
-		Prefetch(n).apply(&cfg)
-	}
-	if d, ok := q.Duration(keyHeartbeat); ok {
-		Heartbeat(d).apply(&cfg)
-	}
-	if b, ok := q.Bool(keyMandatory); ok {
-		Mandatory(b).apply(&cfg)
-	}
-	if b, ok := q.Bool(keyOrdered); ok {
-		Ordered(b).apply(&cfg)
-	}
-	if n, ok := q.Int(keyShards); ok {
-		Shards(n).apply(&cfg)
-	}
-	if n, ok := q.Int(keyPublishChannels); ok {
-		PublishChannels(n).apply(&cfg)
-	}
-	if n, ok := q.Int(keyPublishWindow); ok {
-		PublishWindow(n).apply(&cfg)
-	}
-	if d, ok := q.Duration(keyTimeout); ok {
-		Timeout(d).apply(&cfg)
-	}
-	if b, ok := q.Bool(keyPlaintextAuth); ok {
-		AllowPlaintextAuth(b).apply(&cfg)
+	for _, o := range transport.Options(q, urlKeys...) {
+		o.apply(&cfg)
 	}
 	files := q.TLSFiles() // tls_ca, tls_cert and tls_key, as on every transport
 	insecure := false

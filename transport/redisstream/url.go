@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ferrymq/ferry/transport"
 )
@@ -88,16 +87,7 @@ func parse(rawURL string, opts []Option) (config, error) {
 		cfg.db = db
 	}
 	q := transport.ParseQuery(Scheme, u.RawQuery)
-	var fromURL []Option
-	if n, ok := q.Int(keyPoolSize); ok {
-		fromURL = append(fromURL, PoolSize(n))
-	}
-	if s, ok := q.String(keyClientName); ok {
-		fromURL = append(fromURL, ClientName(s))
-	}
-	if b, ok := q.Bool(keySkipVerify); ok {
-		fromURL = append(fromURL, SkipVerify(b))
-	}
+	fromURL := transport.Options(q, connKeys...)
 	if f := q.TLSFiles(); f.Any() { // tls_ca, tls_cert and tls_key, as on every transport
 		if !strings.EqualFold(u.Scheme, SchemeTLS) {
 			q.Fail(transport.KeyTLSCA, "TLS files need the rediss scheme")
@@ -106,27 +96,6 @@ func parse(rawURL string, opts []Option) (config, error) {
 		} else {
 			fromURL = append(fromURL, TLSConfig(tc))
 		}
-	}
-	if n, ok := q.Int(keyMaxPayload); ok {
-		fromURL = append(fromURL, MaxPayload(n))
-	}
-	if n, ok := q.Int(keyMaxLen); ok {
-		fromURL = append(fromURL, MaxLen(int64(n)))
-	}
-	if d, ok := q.Duration(keyRetention); ok {
-		fromURL = append(fromURL, Retention(d))
-	}
-	if n, ok := q.Int(keyShards); ok {
-		fromURL = append(fromURL, Shards(n))
-	}
-	if d, ok := q.Duration(keyTimeout); ok {
-		fromURL = append(fromURL, Timeout(d))
-	}
-	if b, ok := q.Bool(keyPlaintext); ok {
-		fromURL = append(fromURL, AllowPlaintextAuth(b))
-	}
-	if n, ok := q.Int(keyPubWindow); ok {
-		fromURL = append(fromURL, PublishWindow(n))
 	}
 	fromURL = append(fromURL, consumeOptions(q)...)
 	if err := q.Err(); err != nil {
@@ -155,46 +124,40 @@ func parse(rawURL string, opts []Option) (config, error) {
 	return cfg, cfg.err
 }
 
+// connKeys are the URL's keys of the connection, the streams and
+// publishing, each the Option of the same name.
+var connKeys = []transport.Key[Option]{
+	transport.IntKey(keyPoolSize, PoolSize),
+	transport.StringKey(keyClientName, ClientName),
+	transport.BoolKey(keySkipVerify, SkipVerify),
+	transport.IntKey(keyMaxPayload, MaxPayload),
+	transport.IntKey(keyMaxLen, func(n int) Option { return MaxLen(int64(n)) }),
+	transport.DurationKey(keyRetention, Retention),
+	transport.IntKey(keyShards, Shards),
+	transport.DurationKey(keyTimeout, Timeout),
+	transport.BoolKey(keyPlaintext, AllowPlaintextAuth),
+	transport.IntKey(keyPubWindow, PublishWindow),
+}
+
+// consumeKeys are the consume keys, of a URL's query or a Subscription's
+// Options.
+var consumeKeys = []transport.Key[Option]{
+	transport.EnumKey(keyMode,
+		transport.Value("exclusive", ConsumeMode(ModeExclusive)),
+		transport.Value("shared", ConsumeMode(ModeShared))),
+	transport.IntKey(keyCount, Count),
+	transport.DurationKey(keyBlock, Block),
+	transport.DurationKey(keyClaimIdle, ClaimIdle),
+	transport.DurationKey(keyClaimInterval, ClaimInterval),
+	transport.DurationKey(keyMaxExtend, MaxExtend),
+	transport.DurationKey(keyLease, Lease),
+	transport.IntKey(keyMaxDeliveries, MaxDeliveries),
+	transport.StringKey(keyDeadLetter, DeadLetter),
+}
+
 // consumeOptions reads the consume keys of q (a URL's query or a
 // Subscription's Options) as Options.
-func consumeOptions(q *transport.Query) []Option {
-	var opts []Option
-	if s, ok := q.String(keyMode); ok {
-		switch s {
-		case "exclusive":
-			opts = append(opts, ConsumeMode(ModeExclusive))
-		case "shared":
-			opts = append(opts, ConsumeMode(ModeShared))
-		default:
-			q.Fail(keyMode, "want exclusive or shared")
-		}
-	}
-	if n, ok := q.Int(keyCount); ok {
-		opts = append(opts, Count(n))
-	}
-	durations := []struct {
-		key string
-		opt func(time.Duration) Option
-	}{
-		{keyBlock, Block},
-		{keyClaimIdle, ClaimIdle},
-		{keyClaimInterval, ClaimInterval},
-		{keyMaxExtend, MaxExtend},
-		{keyLease, Lease},
-	}
-	for _, k := range durations {
-		if d, ok := q.Duration(k.key); ok {
-			opts = append(opts, k.opt(d))
-		}
-	}
-	if n, ok := q.Int(keyMaxDeliveries); ok {
-		opts = append(opts, MaxDeliveries(n))
-	}
-	if s, ok := q.String(keyDeadLetter); ok {
-		opts = append(opts, DeadLetter(s))
-	}
-	return opts
-}
+func consumeOptions(q *transport.Query) []Option { return transport.Options(q, consumeKeys...) }
 
 // subscriptionConfig returns the transport's consume settings with
 // sub.Options applied, or an error wrapping [transport.ErrInvalidOption].

@@ -29,6 +29,32 @@ const (
 	KeyMaxReceiveCount    = "max_receive_count"
 )
 
+// urlKeys are the URL's keys of the connection and publishing, each the
+// Option of the same name.
+var urlKeys = []transport.Key[Option]{
+	transport.StringKey(KeyRegion, Region),
+	transport.StringKey(KeyEndpoint, Endpoint),
+	transport.StringKey(KeyProfile, Profile),
+	transport.BoolKey(KeyCreate, AutoCreate),
+	transport.StringKey(KeyIDAttribute, IDAttribute),
+	transport.StringKey(KeyNumberHeaders, func(v string) Option { return NumberHeaders(strings.Split(v, ",")...) }),
+	transport.BoolKey(KeyContentDedupe, ContentDedupe),
+	transport.IntKey(KeyPublishConcurrency, PublishConcurrency),
+	transport.IntKey(KeyPublishWindow, PublishWindow),
+	transport.DurationKey(KeyCallTimeout, CallTimeout),
+	transport.BoolKey(KeyPlaintextAuth, AllowPlaintextAuth),
+}
+
+// subKeys are the subscriber keys that map one to one onto an Option (dlq
+// and max_receive_count are read apart: they make one).
+var subKeys = []transport.Key[Option]{
+	transport.DurationKey(KeyVisibility, Visibility),
+	transport.DurationKey(KeyMaxExtension, MaxExtension),
+	transport.DurationKey(KeyWait, WaitTime),
+	transport.IntKey(KeyPollers, Pollers),
+	transport.IntKey(KeyMaxInFlight, MaxInFlight),
+}
+
 // Parse reads rawURL, scheme://[label][?key=value&…], into a Config, then
 // applies opts: the one path by which the sqs and sns transports are
 // configured, from New and from transport.Open alike. The host is a label
@@ -50,38 +76,8 @@ func Parse(scheme, rawURL string, opts []Option) (Config, error) {
 		return c, c.err
 	}
 	q := transport.ParseQuery(scheme, u.RawQuery)
-	if v, ok := q.String(KeyRegion); ok {
-		Region(v).apply(&c)
-	}
-	if v, ok := q.String(KeyEndpoint); ok {
-		Endpoint(v).apply(&c)
-	}
-	if v, ok := q.String(KeyProfile); ok {
-		Profile(v).apply(&c)
-	}
-	if b, ok := q.Bool(KeyCreate); ok {
-		AutoCreate(b).apply(&c)
-	}
-	if v, ok := q.String(KeyIDAttribute); ok {
-		IDAttribute(v).apply(&c)
-	}
-	if v, ok := q.String(KeyNumberHeaders); ok {
-		NumberHeaders(strings.Split(v, ",")...).apply(&c)
-	}
-	if b, ok := q.Bool(KeyContentDedupe); ok {
-		ContentDedupe(b).apply(&c)
-	}
-	if n, ok := q.Int(KeyPublishConcurrency); ok {
-		PublishConcurrency(n).apply(&c)
-	}
-	if n, ok := q.Int(KeyPublishWindow); ok {
-		PublishWindow(n).apply(&c)
-	}
-	if d, ok := q.Duration(KeyCallTimeout); ok {
-		CallTimeout(d).apply(&c)
-	}
-	if b, ok := q.Bool(KeyPlaintextAuth); ok {
-		AllowPlaintextAuth(b).apply(&c)
+	for _, o := range transport.Options(q, urlKeys...) {
+		o.apply(&c)
 	}
 	c.readSub(q)
 	if err := q.Err(); err != nil {
@@ -96,20 +92,8 @@ func Parse(scheme, rawURL string, opts []Option) (Config, error) {
 
 // readSub reads the subscriber keys of q into c.
 func (c *Config) readSub(q *transport.Query) {
-	if d, ok := q.Duration(KeyVisibility); ok {
-		Visibility(d).apply(c)
-	}
-	if d, ok := q.Duration(KeyMaxExtension); ok {
-		MaxExtension(d).apply(c)
-	}
-	if d, ok := q.Duration(KeyWait); ok {
-		WaitTime(d).apply(c)
-	}
-	if n, ok := q.Int(KeyPollers); ok {
-		Pollers(n).apply(c)
-	}
-	if n, ok := q.Int(KeyMaxInFlight); ok {
-		MaxInFlight(n).apply(c)
+	for _, o := range transport.Options(q, subKeys...) {
+		o.apply(c)
 	}
 	// dlq and max_receive_count make one Option; either alone keeps the
 	// other from the transport's settings (or its default).
