@@ -292,7 +292,7 @@ func (t *Transport) await(ctx context.Context, topic string, tok token, sendErr 
 
 // timer returns a timer that fires after d, reusing one a publish has
 // finished with (t.timers): a publish waits for its acknowledgement with a
-// timer, and allocating one each time costs more than the reuse. A timer
+// timer, and the reuse saves allocating one per publish. A timer
 // put back must be stopped first; since Go 1.23 a stopped timer's channel
 // delivers nothing stale after Reset.
 func (t *Transport) timer(d time.Duration) *time.Timer {
