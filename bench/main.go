@@ -33,6 +33,7 @@ var suites = []suite{
 	{"redis", "Redis Streams", "./transport/redisstream", "^Benchmark(PublishVsRaw|ConsumeVsRaw|ConsumeVsWatermill)$", "1x"},
 	{"rabbitmq", "RabbitMQ", "./transport/rabbitmq", "^BenchmarkEndToEndRatio$", "1x"},
 	{"mqtt", "MQTT 3.1.1", "./transport/mqtt", "^Benchmark(EndToEnd311|Publish311|Drain311)$", "10000x"},
+	{"mqtt5", "MQTT 5", "./transport/mqtt", "^Benchmark(PublishOneAtATime|Publish|PublishAsync|Drain)$", "20000x"},
 	{"jetstream", "NATS JetStream", "./transport/jetstream", "^Benchmark(PublishVsRaw|ConsumeVsRaw)$", "1x"},
 	{"kafka", "Kafka (kfake)", "./transport/kafka", "^BenchmarkKafka$", "200000x"},
 	{"sqs", "SQS (fauxqs)", "./transport/sqs", "^Benchmark(PublishVsRaw|ConsumeVsRaw)$", "1x"},

@@ -2,6 +2,8 @@ package mqtt_test
 
 import (
 	"context"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -49,8 +51,8 @@ func BenchmarkEndToEnd311(b *testing.B) {
 	r := newReaper(b, broker.addr())
 	payload := benchPayload()
 	compareSides(b,
-		func(n int) time.Duration { return benchFerry(b, r, payload, n) },
-		func(n int) time.Duration { return benchPaho(b, r, payload, n) })
+		func(n int, m *meter) time.Duration { return benchFerry(b, r, m, payload, n) },
+		func(n int, m *meter) time.Duration { return benchPaho(b, r, m, payload, n) })
 }
 
 // BenchmarkPublish311 is BenchmarkEndToEnd311's publishing side alone,
@@ -64,27 +66,27 @@ func BenchmarkPublish311(b *testing.B) {
 	r := newReaper(b, broker.addr())
 	payload := benchPayload()
 	compareSides(b,
-		func(n int) time.Duration {
+		func(n int, m *meter) time.Duration {
 			pub := r.open(b, mqtt311...)
 			defer closeQuietly(pub)
 			topics := benchTopicNames("ferry-bench/" + transporttest.UniqueName(b, "f") + "/")
-			start := time.Now()
+			start := m.start()
 			parallel(n, func(i int) error {
 				return pub.Publish(context.Background(), &handler.Message{ID: "m" + strconv.Itoa(i), Topic: topics[i%benchTopics], Payload: payload})
 			}, b)
-			return time.Since(start)
+			return m.since(start)
 		},
-		func(n int) time.Duration {
+		func(n int, m *meter) time.Duration {
 			pc := connectPaho(b, r.addr, transporttest.UniqueName(b, "p"))
 			defer pc.Disconnect(100)
 			topics := benchTopicNames("ferry-bench/" + transporttest.UniqueName(b, "p") + "/")
-			start := time.Now()
+			start := m.start()
 			parallel(n, func(i int) error {
 				tok := pc.Publish(topics[i%benchTopics], 1, false, payload)
 				tok.Wait()
 				return tok.Error()
 			}, b)
-			return time.Since(start)
+			return m.since(start)
 		})
 }
 
@@ -101,13 +103,14 @@ func BenchmarkDrain311(b *testing.B) {
 	r := newReaper(b, broker.addr())
 	payload := benchPayload()
 	compareSides(b,
-		func(n int) time.Duration {
+		func(n int, m *meter) time.Duration {
 			id, filter := fillBacklog(b, r, payload, n, true)
-			return ferryDrain(b, r, id, filter, n, mqtt311...)
+			return ferryDrain(b, r, m, id, filter, n, mqtt311...)
 		},
-		func(n int) time.Duration {
+		func(n int, m *meter) time.Duration {
 			id, _ := fillBacklog(b, r, payload, n, false)
 			var clock drainClock
+			m.start()
 			so := paho.NewClientOptions().AddBroker("tcp://" + r.addr).SetClientID(id).
 				SetCleanSession(false).SetAutoAckDisabled(true).SetOrderMatters(true)
 			so.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) {
@@ -119,37 +122,105 @@ func BenchmarkDrain311(b *testing.B) {
 				b.Fatal(tok.Error())
 			}
 			defer sc.Disconnect(100)
-			return clock.wait(b, n)
+			d := clock.wait(b, n)
+			m.stop()
+			return d
 		})
 }
 
 // compareSides runs benchRounds rounds of b.N/benchRounds messages, each
 // round one run of each side, alternating which goes first, and reports
-// each side's median msgs/s and the median over the rounds of ferry/paho:
-// runs next to each other in time are compared, since the load of this
-// shared machine drifts.
-func compareSides(b *testing.B, ferrySide, pahoSide func(n int) time.Duration) {
+// each side's median msgs/s, allocations and system calls per message,
+// and the median over the rounds of ferry/paho: runs next to each other
+// in time are compared, since the load of this shared machine drifts.
+// Each side runs under the profiler label side=ferry or side=paho (with
+// -cpuprofile, pprof -tagfocus side=ferry shows one side alone).
+func compareSides(b *testing.B, ferrySide, pahoSide func(n int, m *meter) time.Duration) {
 	rounds := min(benchRounds, b.N)
 	n := b.N / rounds
-	var ferryRates, pahoRates, ratios []float64
+	var f, p sideStats
+	var ratios []float64
 	b.SetBytes(1024)
 	b.ResetTimer()
 	for i := range rounds {
-		var f, p time.Duration
+		var fd, pd time.Duration
 		if i%2 == 0 {
-			f, p = ferrySide(n), pahoSide(n)
+			fd, pd = f.run("ferry", ferrySide, n), p.run("paho", pahoSide, n)
 		} else {
-			p, f = pahoSide(n), ferrySide(n)
+			pd, fd = p.run("paho", pahoSide, n), f.run("ferry", ferrySide, n)
 		}
-		ferryRates = append(ferryRates, float64(n)/f.Seconds())
-		pahoRates = append(pahoRates, float64(n)/p.Seconds())
-		ratios = append(ratios, p.Seconds()/f.Seconds())
+		ratios = append(ratios, pd.Seconds()/fd.Seconds())
 	}
 	b.StopTimer()
-	b.ReportMetric(median(ferryRates), "ferry-msgs/s")
-	b.ReportMetric(median(pahoRates), "paho-msgs/s")
+	f.report(b, "ferry")
+	p.report(b, "paho")
 	b.ReportMetric(median(ratios), "ferry/paho")
 	b.Logf("rounds of %d messages: ferry/paho %.2f", n, ratios)
+}
+
+// sideStats is one side's figures, one per round.
+type sideStats struct{ rates, allocs, syscalls []float64 }
+
+// run runs side on n messages under the profiler label side=name and
+// records its figures.
+func (s *sideStats) run(name string, side func(int, *meter) time.Duration, n int) time.Duration {
+	var m meter
+	var d time.Duration
+	pprof.Do(context.Background(), pprof.Labels("side", name), func(context.Context) { d = side(n, &m) })
+	s.rates = append(s.rates, float64(n)/d.Seconds())
+	s.allocs = append(s.allocs, float64(m.allocs[1]-m.allocs[0])/float64(n))
+	if m.syscalls[0] != 0 {
+		s.syscalls = append(s.syscalls, float64(m.syscalls[1]-m.syscalls[0])/float64(n))
+	}
+	return d
+}
+
+func (s *sideStats) report(b *testing.B, name string) {
+	b.ReportMetric(median(s.rates), name+"-msgs/s")
+	b.ReportMetric(median(s.allocs), name+"-allocs/msg")
+	if len(s.syscalls) > 0 {
+		b.ReportMetric(median(s.syscalls), name+"-syscalls/msg")
+	}
+}
+
+// meter counts what a side costs this process between start and stop:
+// heap allocations, and read and write system calls (Linux's
+// /proc/self/io; 0 where it is missing). A side calls start where its
+// timing starts (or, when it times itself otherwise, where the work to
+// count starts) and stop (or since) where it ends.
+type meter struct {
+	allocs, syscalls [2]uint64 // at start, at stop
+}
+
+func (m *meter) start() time.Time {
+	m.allocs[0], m.syscalls[0] = heapAllocs(), ioSyscalls()
+	return time.Now()
+}
+
+func (m *meter) stop() { m.allocs[1], m.syscalls[1] = heapAllocs(), ioSyscalls() }
+
+// since stops m and returns the time since start.
+func (m *meter) since(start time.Time) time.Duration {
+	d := time.Since(start)
+	m.stop()
+	return d
+}
+
+// heapAllocs is how many heap objects the process has allocated so far.
+func heapAllocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
+// ioSyscalls is how many read and write system calls the process has
+// made so far, or 0 if it cannot tell.
+func ioSyscalls() uint64 {
+	r, w, ok := mqtt.IOSyscalls()
+	if !ok {
+		return 0
+	}
+	return uint64(r + w)
 }
 
 func benchPayload() []byte {
@@ -237,7 +308,7 @@ const benchRounds = 10
 // benchFerry publishes n messages with a Transport (MQTT 3.1.1) and consumes them with
 // a Router on another, and returns the time from the first publish to the
 // last message handled.
-func benchFerry(b *testing.B, r *sessionReaper, payload []byte, n int) time.Duration {
+func benchFerry(b *testing.B, r *sessionReaper, m *meter, payload []byte, n int) time.Duration {
 	pub, sub := r.open(b, mqtt311...), r.open(b, mqtt311...)
 	defer closeQuietly(pub)
 	defer closeQuietly(sub)
@@ -264,19 +335,19 @@ func benchFerry(b *testing.B, r *sessionReaper, payload []byte, n int) time.Dura
 		_ = rr.Close(cctx)
 	}()
 	topics := benchTopicNames(base)
-	start := time.Now()
+	start := m.start()
 	parallel(n, func(i int) error {
 		// No deadline, as paho's tok.Wait() on the other side has none.
 		return pub.Publish(context.Background(), &handler.Message{ID: "m" + strconv.Itoa(i), Topic: topics[i%benchTopics], Payload: payload})
 	}, b)
 	waitDone(b, n, done, &handled)
-	return time.Since(start)
+	return m.since(start)
 }
 
 // benchPaho does what benchFerry does with two raw paho clients: the
 // subscriber with a persistent session, manual acks in order, and a
 // handler that acks.
-func benchPaho(b *testing.B, r *sessionReaper, payload []byte, n int) time.Duration {
+func benchPaho(b *testing.B, r *sessionReaper, m *meter, payload []byte, n int) time.Duration {
 	base := "ferry-bench/" + transporttest.UniqueName(b, "p") + "/"
 	id := transporttest.UniqueName(b, "c")
 	r.add(id)
@@ -301,14 +372,14 @@ func benchPaho(b *testing.B, r *sessionReaper, payload []byte, n int) time.Durat
 	pc := connectPaho(b, r.addr, transporttest.UniqueName(b, "p"))
 	defer pc.Disconnect(100)
 	topics := benchTopicNames(base)
-	start := time.Now()
+	start := m.start()
 	parallel(n, func(i int) error {
 		tok := pc.Publish(topics[i%benchTopics], 1, false, payload)
 		tok.Wait()
 		return tok.Error()
 	}, b)
 	waitDone(b, n, done, &handled)
-	return time.Since(start)
+	return m.since(start)
 }
 
 func closeQuietly(tr *mqtt.Transport) {

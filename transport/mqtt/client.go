@@ -68,7 +68,7 @@ type conn interface {
 	// or another (nothing was sent either). ctx bounds only the wait for
 	// the broker's receive window. While the library is reconnecting a
 	// message handed over is kept and sent after the reconnect.
-	publish(ctx context.Context, out *outbound) (token, error)
+	publish(ctx context.Context, out outbound) (token, error)
 	// subscribe subscribes to filters at the Transport's QoS, bounded by
 	// ctx, and reports for each filter nil (granted) or why the broker
 	// refused it; err is for the request as a whole.

@@ -133,7 +133,7 @@ func (t token311) Error() error {
 	return nil
 }
 
-func (c *conn311) publish(_ context.Context, out *outbound) (token, error) {
+func (c *conn311) publish(_ context.Context, out outbound) (token, error) {
 	attempt := c.attempts.Load()
 	tok := c.c.Publish(out.topic, c.qos, out.retain, out.payload)
 	select {

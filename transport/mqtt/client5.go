@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/autopaho"
-	"github.com/eclipse/paho.golang/packets"
 	paho5 "github.com/eclipse/paho.golang/paho"
 )
 
@@ -32,8 +31,7 @@ type conn5 struct {
 	cfg            autopaho.ClientConfig
 	sess           *session5
 
-	mu        sync.Mutex
-	cm        *autopaho.ConnectionManager
+	cm        atomic.Pointer[autopaho.ConnectionManager]
 	first     chan error // the first connection's outcome
 	firstOnce sync.Once
 	dialed    atomic.Bool  // a network connection was attempted
@@ -129,21 +127,21 @@ func (c *conn5) attempt(ctx context.Context, _ autopaho.ClientConfig, u *url.URL
 	ctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
 	defer cancel()
 	d := &net.Dialer{}
+	var nc net.Conn
+	var err error
 	if u.Scheme == "ssl" {
-		td := &tls.Dialer{NetDialer: d, Config: c.tls}
-		nc, err := td.DialContext(ctx, "tcp", u.Host)
-		if err != nil {
-			return nil, err
-		}
-		return packets.NewThreadSafeConn(nc), nil
+		nc, err = (&tls.Dialer{NetDialer: d, Config: c.tls}).DialContext(ctx, "tcp", u.Host)
+	} else {
+		nc, err = d.DialContext(ctx, "tcp", u.Host)
 	}
-	return d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return nil, err
+	}
+	return bufferReads(nc), nil
 }
 
 func (c *conn5) onUp(cm *autopaho.ConnectionManager, ca *paho5.Connack) {
-	c.mu.Lock()
-	c.cm = cm
-	c.mu.Unlock()
+	c.cm.Store(cm)
 	if ca.Properties != nil && ca.Properties.MaximumPacketSize != nil {
 		c.maxPkt.Store(int64(*ca.Properties.MaximumPacketSize))
 	}
@@ -199,11 +197,7 @@ func (c *conn5) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mqtt: connect to %s: %w: %w", c.broker, ErrNotConnected, err)
 	}
-	c.mu.Lock()
-	if c.cm == nil {
-		c.cm = cm
-	}
-	c.mu.Unlock()
+	c.cm.CompareAndSwap(nil, cm)
 	select {
 	case err = <-c.first:
 	case <-ctx.Done():
@@ -220,20 +214,16 @@ func (c *conn5) connect(ctx context.Context) error {
 // AddToSession.
 type tokenKey struct{}
 
-func (c *conn5) publish(ctx context.Context, out *outbound) (token, error) {
-	c.mu.Lock()
-	cm := c.cm
-	c.mu.Unlock()
+func (c *conn5) publish(ctx context.Context, out outbound) (token, error) {
+	cm := c.cm.Load()
 	if cm == nil || !c.isUp.Load() {
 		return nil, errNotSent
 	}
 	tok := &token5{done: make(chan struct{})}
 	// paho bounds the wait for the receive window by its PacketTimeout,
-	// the call timeout.
-	pctx, cancel := context.WithCancel(context.WithValue(ctx, tokenKey{}, tok))
-	tok.release = cancel
-	_, err := cm.Publish(pctx, &paho5.Publish{QoS: c.qos, Retain: out.retain, Topic: out.topic, Payload: out.payload, Properties: out.props})
-	cancel()
+	// the call timeout. Once the packet is in the session, session5 has
+	// paho return as soon as it is written (AddToSession).
+	_, err := cm.Publish(context.WithValue(ctx, tokenKey{}, tok), &paho5.Publish{QoS: c.qos, Retain: out.retain, Topic: out.topic, Payload: out.payload, Properties: out.props})
 	if tok.stored.Load() {
 		// In the session: paho has written it, or resends it on the next
 		// connection; the broker's acknowledgement completes tok.
@@ -251,9 +241,7 @@ func (c *conn5) publish(ctx context.Context, out *outbound) (token, error) {
 }
 
 func (c *conn5) subscribe(ctx context.Context, filters []string) ([]error, error) {
-	c.mu.Lock()
-	cm := c.cm
-	c.mu.Unlock()
+	cm := c.cm.Load()
 	if cm == nil {
 		return nil, autopaho.ConnectionDownError
 	}
@@ -280,9 +268,7 @@ func (c *conn5) subscribe(ctx context.Context, filters []string) ([]error, error
 }
 
 func (c *conn5) unsubscribe(ctx context.Context, filters []string) error {
-	c.mu.Lock()
-	cm := c.cm
-	c.mu.Unlock()
+	cm := c.cm.Load()
 	if cm == nil {
 		return autopaho.ConnectionDownError
 	}
@@ -304,9 +290,7 @@ func (c *conn5) maxPacket() int { return int(c.maxPkt.Load()) }
 
 func (c *conn5) disconnect(quiesce time.Duration) {
 	c.stopped.Store(true)
-	c.mu.Lock()
-	cm := c.cm
-	c.mu.Unlock()
+	cm := c.cm.Load()
 	if cm != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), max(quiesce, 10*time.Millisecond))
 		_ = cm.Disconnect(ctx)

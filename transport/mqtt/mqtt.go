@@ -72,6 +72,7 @@ type Transport struct {
 	missing atomic.Int64
 	watch   watchState // the publishing connection's watch of the claims (session.go)
 
+	timers  sync.Pool // stopped *time.Timer for Publish's waits (timer)
 	closed  atomic.Bool
 	closing chan struct{} // closed by Close once the publishing connection is down
 	closeMu sync.Mutex

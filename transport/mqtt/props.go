@@ -167,7 +167,14 @@ func parseExpiry(v string) (uint32, error) {
 // (dlq) keeps HeaderMessageExpiry as a plain user property: a dead letter
 // must not expire in its DLQ, and its replay sets the property again.
 func encodeProps(m *handler.Message, dlq bool) *paho5.PublishProperties {
-	p := &paho5.PublishProperties{User: make(paho5.UserProperties, 0, len(m.Headers)+3)}
+	var p *paho5.PublishProperties
+	if len(m.Headers) <= 1 {
+		pu := new(propsWithUser) // one allocation for the properties and their user properties
+		p = &pu.props
+		p.User = pu.user[:0]
+	} else {
+		p = &paho5.PublishProperties{User: make(paho5.UserProperties, 0, len(m.Headers)+3)}
+	}
 	p.User = append(p.User, paho5.UserProperty{Key: propID, Value: m.ID})
 	if m.Key != "" {
 		p.User = append(p.User, paho5.UserProperty{Key: propKey, Value: m.Key})
@@ -197,11 +204,19 @@ func encodeProps(m *handler.Message, dlq bool) *paho5.PublishProperties {
 	return p
 }
 
+// propsWithUser holds a message's properties and room for the user
+// properties of a message with at most one header: ID, Key, the header
+// and the sequence number.
+type propsWithUser struct {
+	props paho5.PublishProperties
+	user  [4]paho5.UserProperty
+}
+
 // finishProps adds publisher pub's sequence number seq, in one user
 // property (each property costs the broker an allocation).
 func finishProps(p *paho5.PublishProperties, pub string, seq uint64) {
-	v := make([]byte, 0, len(pub)+21)
-	v = append(append(v, pub...), ':')
+	var buf [64]byte
+	v := append(append(buf[:0], pub...), ':')
 	p.User = append(p.User, paho5.UserProperty{Key: propSeq, Value: string(strconv.AppendUint(v, seq, 10))})
 }
 

@@ -98,50 +98,51 @@ type prepared struct {
 }
 
 // prepare checks and encodes m as Publish says, and makes sure a DLQ's
-// session exists if ensure is set.
-func (t *Transport) prepare(ctx context.Context, m *handler.Message, retain, ensure bool) (*prepared, error) {
+// session exists if ensure is set. The prepared message is a value, kept
+// on the caller's stack.
+func (t *Transport) prepare(ctx context.Context, m *handler.Message, retain, ensure bool) (prepared, error) {
 	if t.closed.Load() {
-		return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, transport.ErrClosed)
+		return prepared{}, fmt.Errorf("mqtt: publish %s: %w", m.Topic, transport.ErrClosed)
 	}
 	if err := validTopic(m.Topic); err != nil {
-		return nil, fmt.Errorf("mqtt: publish: %w: %w", ErrInvalidMessage, err)
+		return prepared{}, fmt.Errorf("mqtt: publish: %w: %w", ErrInvalidMessage, err)
 	}
 	if len(m.Payload) > t.cfg.maxPayload {
-		return nil, fmt.Errorf("mqtt: publish %s: %w: %d bytes, the limit is %d (MaxPayload)", m.Topic, transport.ErrTooLarge, len(m.Payload), t.cfg.maxPayload)
+		return prepared{}, fmt.Errorf("mqtt: publish %s: %w: %d bytes, the limit is %d (MaxPayload)", m.Topic, transport.ErrTooLarge, len(m.Payload), t.cfg.maxPayload)
 	}
 	dlq := t.isDLQ(m.Topic)
-	p := &prepared{t: t, out: outbound{topic: m.Topic, retain: retain}, format: t.cfg.format}
+	p := prepared{t: t, out: outbound{topic: m.Topic, retain: retain}, format: t.cfg.format}
 	if dlq && p.format == Raw {
 		p.format = t.headerFormat()
 	}
 	switch p.format {
 	case Raw:
 		if err := t.checkRaw(m); err != nil {
-			return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
+			return prepared{}, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
 		}
 		p.out.payload = m.Payload
-		return p, t.checkSize(p, 0)
+		return p, t.checkSize(&p, 0)
 	case Properties:
 		if err := checkProps(m); err != nil {
-			return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
+			return prepared{}, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
 		}
 		p.out.payload = m.Payload
 		p.out.props = encodeProps(m, dlq)
 	default:
 		if err := checkEnvelope(m); err != nil {
-			return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
+			return prepared{}, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
 		}
 		p.env = appendEnvelope(make([]byte, 0, envelopeSize(m, t.pubID)+20), m, t.pubID)
 	}
 	p.seqd = true
-	if err := t.checkSize(p, propsSize(p.out.props)); err != nil {
-		return nil, err
+	if err := t.checkSize(&p, propsSize(p.out.props)); err != nil {
+		return prepared{}, err
 	}
 	if dlq && ensure {
 		ctx, cancel := t.bound(ctx)
 		defer cancel()
 		if err := t.ensureDLQ(ctx, m.Topic); err != nil {
-			return nil, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
+			return prepared{}, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
 		}
 	}
 	return p, nil
@@ -191,7 +192,7 @@ func (p *prepared) send(ctx context.Context) (token, error) {
 		return nil, err
 	}
 	if !p.seqd {
-		return t.pub.publish(ctx, &p.out)
+		return t.pub.publish(ctx, p.out)
 	}
 	ts, ok := t.seqs.Load(p.out.topic)
 	if !ok {
@@ -204,7 +205,7 @@ func (p *prepared) send(ctx context.Context) (token, error) {
 	} else {
 		finishProps(p.out.props, t.pubID, seq.last+1)
 	}
-	tok, err := t.pub.publish(ctx, &p.out)
+	tok, err := t.pub.publish(ctx, p.out)
 	if err == nil {
 		seq.last++ // the number is used only if the message left
 	}
@@ -238,7 +239,7 @@ type topicSeq struct {
 
 // send publishes payload as it is, on topic, waiting as Publish says.
 func (t *Transport) send(ctx context.Context, topic string, payload []byte, retain bool) error {
-	p := &prepared{t: t, out: outbound{topic: topic, payload: payload, retain: retain}}
+	p := prepared{t: t, out: outbound{topic: topic, payload: payload, retain: retain}}
 	tok, err := p.send(ctx)
 	return t.await(ctx, topic, tok, err)
 }
@@ -274,7 +275,8 @@ func (t *Transport) await(ctx context.Context, topic string, tok token, sendErr 
 	}
 	var timeout <-chan time.Time
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > t.cfg.callTimeout {
-		timer := time.NewTimer(t.cfg.callTimeout)
+		timer := t.timer(t.cfg.callTimeout)
+		defer t.timers.Put(timer)
 		defer timer.Stop()
 		timeout = timer.C
 	}
@@ -286,6 +288,19 @@ func (t *Transport) await(ctx context.Context, topic string, tok token, sendErr 
 	case <-timeout:
 		return fmt.Errorf("mqtt: publish %s: no acknowledgement within the call timeout %v: %w: %w", topic, t.cfg.callTimeout, transport.ErrUnknownOutcome, context.DeadlineExceeded)
 	}
+}
+
+// timer returns a timer that fires after d, reusing one a publish has
+// finished with (t.timers): a publish waits for its acknowledgement with a
+// timer, and the reuse saves allocating one per publish. A timer
+// put back must be stopped first; since Go 1.23 a stopped timer's channel
+// delivers nothing stale after Reset.
+func (t *Transport) timer(d time.Duration) *time.Timer {
+	if tm, ok := t.timers.Get().(*time.Timer); ok {
+		tm.Reset(d)
+		return tm
+	}
+	return time.NewTimer(d)
 }
 
 // tokErr is the result of a completed publish token.

@@ -27,8 +27,9 @@ import (
 //     connection (the broker redelivers the message there).
 //   - Publish outcomes. A publish's token rides in its context into
 //     AddToSession, which records it by packet identifier once the packet
-//     is in the session and releases the caller (conn5.publish returns
-//     once the packet is written, without waiting). PacketReceived
+//     is in the session and releases the caller with a stand-in answer
+//     (conn5.publish returns once the packet is written, without
+//     waiting). PacketReceived
 //     completes the token with the broker's PUBACK, PUBCOMP or refusing
 //     PUBREC, even one that comes after a reconnect, when paho resends
 //     the publish in the resumed session.
@@ -48,6 +49,11 @@ type session5 struct {
 	tmu     sync.Mutex
 	byID    map[uint16]*token5           // publishes in the session, by packet identifier
 	pending map[*packets.Publish]*token5 // publishes being added (their identifier may not be final)
+
+	// released are the stand-in answers AddToSession gives paho's Publish
+	// at QoS 1 (a PUBACK) and 2 (a PUBCOMP): success, no properties. paho
+	// only reads them.
+	released [3]packets.ControlPacket
 }
 
 func newSession5(manual bool, disconnected func(byte, string)) *session5 {
@@ -57,6 +63,10 @@ func newSession5(manual bool, disconnected func(byte, string)) *session5 {
 		disconnected: disconnected,
 		byID:         make(map[uint16]*token5),
 		pending:      make(map[*packets.Publish]*token5),
+		released: [3]packets.ControlPacket{
+			1: {FixedHeader: packets.FixedHeader{Type: packets.PUBACK}, Content: &packets.Puback{Properties: &packets.Properties{}}},
+			2: {FixedHeader: packets.FixedHeader{Type: packets.PUBCOMP}, Content: &packets.Pubcomp{Properties: &packets.Properties{}}},
+		},
 	}
 }
 
@@ -161,7 +171,14 @@ func (s *session5) writeAcks(buf []byte) []byte {
 }
 
 // AddToSession records the token of a publish (from its context) once
-// the packet is in the session, and then releases the caller.
+// the packet is in the session, and then releases the caller: paho's
+// Publish, which waits on resp for the broker's answer, is given at once
+// a stand-in answer of success (a PUBACK, or a PUBCOMP at QoS 2, reason
+// code 0), so that it returns as soon as it has written the packet. The
+// broker's real answer goes to a channel of the state's own, which
+// nothing reads (the state sends to it once, and it has room for that):
+// PacketReceived completes the token with it, and the token, not paho's
+// return value, is the publish's outcome.
 func (s *session5) AddToSession(ctx context.Context, p session.Packet, resp chan<- packets.ControlPacket) error {
 	tok, _ := ctx.Value(tokenKey{}).(*token5)
 	pp, isPub := p.(*packets.Publish)
@@ -171,7 +188,7 @@ func (s *session5) AddToSession(ctx context.Context, p session.Packet, resp chan
 	s.tmu.Lock()
 	s.pending[pp] = tok
 	s.tmu.Unlock()
-	err := s.State.AddToSession(ctx, p, resp)
+	err := s.State.AddToSession(ctx, p, make(chan packets.ControlPacket, 1))
 	s.tmu.Lock()
 	delete(s.pending, pp)
 	if err == nil {
@@ -180,7 +197,14 @@ func (s *session5) AddToSession(ctx context.Context, p session.Packet, resp chan
 	s.tmu.Unlock()
 	if err == nil {
 		tok.stored.Store(true)
-		tok.release()
+		released := s.released[1]
+		if pp.QoS == 2 {
+			released = s.released[2]
+		}
+		select {
+		case resp <- released:
+		default: // paho's channel has room for one answer, and this is the only one
+		}
 	}
 	return err
 }
@@ -262,11 +286,10 @@ var _ session.SessionManager = (*session5)(nil)
 
 // token5 is the outcome of one MQTT 5 publish.
 type token5 struct {
-	done    chan struct{}
-	err     error
-	fired   atomic.Bool
-	stored  atomic.Bool // in the session: the broker will be sent it
-	release func()      // releases conn5.publish once stored
+	done   chan struct{}
+	err    error
+	fired  atomic.Bool
+	stored atomic.Bool // in the session: the broker will be sent it
 }
 
 func (t *token5) Done() <-chan struct{} { return t.done }
