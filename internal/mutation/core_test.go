@@ -148,7 +148,7 @@ func init() {
 			Pkg:  "./middleware", File: "middleware/deadletter.go",
 			Find:    `	if outer != 0 {`,
 			Replace: `	if outer&(layerRetry|layerPark) != 0 {`,
-			Run:     "^TestChainOrder$",
+			Run:     "^TestChainOrder$/^Dedupe>DeadLetter>Retry$", // of its 1956 chains, the one that loses a message
 			Want:    "--- FAIL: TestChainOrder/Dedupe>DeadLetter>Retry ",
 		},
 		{

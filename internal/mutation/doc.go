@@ -5,27 +5,34 @@
 // could bring in, written as a source edit: in one file of one package, an
 // exact snippet (which must occur in the file exactly once) and its
 // replacement. TestMutants writes the mutated file to a temporary
-// directory, points `go test -overlay` at it, and runs the named test of
-// the package in a child process:
+// directory, points `go test -overlay` at it to build the package's test
+// binary, and runs the named test in it, in a child process and in the
+// package's directory, as go test would:
 //
-//	go test -overlay=<json> -run=<Run> -count=1 <package>
+//	go test -c -o <bin> -overlay=<json> <package>
+//	<bin> -test.run=<Run>
 //
 // The child must fail, and its output must show the mutant's Want text: the
 // test failed for the bug, not for something else (a build error fails the
-// kit, loudly). The same command without the overlay, the control, must
-// pass. Nothing in the production code knows about the kit: no hooks, no
-// build tags; the overlay replaces the file for the child's build only.
+// kit, loudly). The same test in the package's unmutated binary, the
+// control, must pass. Nothing in the production code knows about the kit:
+// no hooks, no build tags; the overlay replaces the file for the child's
+// build only.
 //
 // A snippet that no longer occurs exactly once (the code moved on) fails
 // the kit with a message naming the mutant, so the kit cannot rot into
 // mutants that mutate nothing. Fix the snippet to the new code, keeping the
 // bug the same.
 //
-// The children run two at a time, and each runs one narrow test, so that
-// the kit fits in CI's two minutes on two cores. Children run with
-// FERRY_REQUIRE_BROKERS=1, so that a test cannot pass by skipping; a mutant
-// whose Requires finds its broker unreachable is skipped (failed under
-// FERRY_REQUIRE_BROKERS=1). -short skips the kit.
+// Builds use the CPU and runs mostly wait, so the kit bounds each by
+// GOMAXPROCS on its own: a mutant's run never holds up the next build. A
+// package's control binary is built once for all its controls, and its
+// compiled packages come from the build cache; each mutant's build
+// recompiles only the mutated package and those above it. Each run is one
+// narrow test, so that the kit fits in CI's two minutes on two cores.
+// Children run with FERRY_REQUIRE_BROKERS=1, so that a test cannot pass by
+// skipping; a mutant whose Requires finds its broker unreachable is skipped
+// (failed under FERRY_REQUIRE_BROKERS=1). -short skips the kit.
 //
 // A plain `go test ./...` (and so CI) runs the core's group, which must
 // fit CI's two minutes (it took 127 s with the batch group beside it, so

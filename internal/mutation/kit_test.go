@@ -1,15 +1,18 @@
 package mutation
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,11 +57,11 @@ func register(group string, ms []Mutant) {
 	groups[group] = ms
 }
 
-// parallel bounds the child processes running at once.
-const parallel = 2
-
 // childTimeout bounds one child's tests.
 const childTimeout = "90s"
+
+// buildTimeout bounds one child's build.
+const buildTimeout = 5 * time.Minute
 
 // defaultGroups are the groups a plain `go test ./...` runs: the core's
 // kit, which must fit CI's two minutes (issue 28). The transports' groups,
@@ -106,6 +109,11 @@ func selectedGroups(t *testing.T) []string {
 // TestMutants runs every mutant's test against the mutated source and
 // requires it to fail with the mutant's text, and every test unmutated (the
 // controls) to pass.
+//
+// Each subtest, before it pauses for t.Parallel, hands its build and run to
+// the kit, which works through them in the background (see [kit]); after
+// the pause it waits for its outcome and judges it. So -run picks the
+// mutants, and the kit, not the -parallel limit, bounds the children.
 func TestMutants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("mutation runs build and run other packages' tests; skipped with -short")
@@ -114,38 +122,42 @@ func TestMutants(t *testing.T) {
 	if err != nil {
 		t.Skipf("no go command: %v", err)
 	}
-	root := moduleRoot(t)
-	sem := make(chan struct{}, parallel)
+	k := newKit(goCmd, moduleRoot(t), t.TempDir())
+	t.Cleanup(k.wait) // before the binaries' directory is removed
 	start := time.Now()
 	t.Cleanup(func() { t.Logf("kit wall time %s", time.Since(start).Round(100*time.Millisecond)) })
 
+	// The controls first, so that their jobs queue first: "control/<pkg>/<run>"
+	// is matched by -run as three levels, as a nested subtest would be.
 	type control struct{ pkg, run string }
 	var controls []control
 	names := selectedGroups(t)
-	t.Run("control", func(t *testing.T) {
-		for _, g := range names {
-			for _, m := range groups[g] {
-				if c := (control{m.Pkg, m.Run}); !slices.Contains(controls, c) {
-					controls = append(controls, c)
-					t.Run(m.Pkg+"/"+m.Run, func(t *testing.T) {
-						t.Parallel()
-						if m.Requires != nil {
-							m.Requires(t)
-						}
-						sem <- struct{}{}
-						out, err := goTest(goCmd, root, "", m.Pkg, m.Run)
-						<-sem
-						if err != nil {
-							t.Fatalf("the unmutated test fails; fix it before its mutants mean anything:\n%s", out)
-						}
-						if strings.Contains(out, "no tests to run") {
-							t.Fatalf("-run=%s matches no test in %s:\n%s", m.Run, m.Pkg, out)
-						}
-					})
-				}
+	for _, g := range names {
+		for _, m := range groups[g] {
+			c := control{m.Pkg, m.Run}
+			if slices.Contains(controls, c) {
+				continue
 			}
+			controls = append(controls, c)
+			t.Run("control/"+m.Pkg+"/"+m.Run, func(t *testing.T) {
+				if m.Requires != nil {
+					m.Requires(t)
+				}
+				res := k.start(func() outcome { return k.control(m.Pkg, m.Run) })
+				t.Parallel()
+				o := <-res
+				t.Log(o)
+				switch {
+				case o.buildErr != nil:
+					t.Fatalf("the unmutated package does not build: %v\n%s", o.buildErr, o.out)
+				case o.runErr != nil:
+					t.Fatalf("the unmutated test fails; fix it before its mutants mean anything:\n%s", o.out)
+				case strings.Contains(o.out, "no tests to run"):
+					t.Fatalf("-run=%s matches no test in %s:\n%s", m.Run, m.Pkg, o.out)
+				}
+			})
 		}
-	})
+	}
 	for _, g := range names {
 		seen := map[string]bool{}
 		for _, m := range groups[g] {
@@ -154,24 +166,24 @@ func TestMutants(t *testing.T) {
 			}
 			seen[m.Name] = true
 			t.Run(g+"/"+m.Name, func(t *testing.T) {
-				t.Parallel()
-				overlay := writeOverlay(t, root, m)
+				overlay := writeOverlay(t, k.root, m)
 				if m.Requires != nil {
 					m.Requires(t)
 				}
-				sem <- struct{}{}
-				out, err := goTest(goCmd, root, overlay, m.Pkg, m.Run)
-				<-sem
+				res := k.start(func() outcome { return k.mutant(m.Pkg, overlay, m.Run) })
+				t.Parallel()
+				o := <-res
+				t.Log(o)
 				var exit *exec.ExitError
 				switch {
-				case err == nil:
-					t.Fatalf("%s passed with the bug; want it to fail with %q:\n%s", m.Run, m.Want, out)
-				case !errors.As(err, &exit):
-					t.Fatalf("running go test: %v", err)
-				case strings.Contains(out, "[build failed]") || strings.Contains(out, "[setup failed]"):
-					t.Fatalf("the mutant does not compile; fix its Replace:\n%s", out)
-				case !strings.Contains(out, "--- FAIL") || !strings.Contains(out, m.Want):
-					t.Fatalf("%s failed, but not with %q:\n%s", m.Run, m.Want, out)
+				case o.buildErr != nil:
+					t.Fatalf("the mutant does not compile; fix its Replace: %v\n%s", o.buildErr, o.out)
+				case o.runErr == nil:
+					t.Fatalf("%s passed with the bug; want it to fail with %q:\n%s", m.Run, m.Want, o.out)
+				case !errors.As(o.runErr, &exit):
+					t.Fatalf("running the test binary: %v", o.runErr)
+				case !strings.Contains(o.out, "--- FAIL") || !strings.Contains(o.out, m.Want):
+					t.Fatalf("%s failed, but not with %q:\n%s", m.Run, m.Want, o.out)
 				}
 			})
 		}
@@ -224,20 +236,137 @@ func writeOverlay(t *testing.T, root string, m Mutant) string {
 	return overlay
 }
 
-// goTest runs the tests matching run in pkg, with the overlay file if
-// given, and returns the combined output.
-func goTest(goCmd, root, overlay, pkg, run string) (string, error) {
+// A kit builds and runs the children in the background. A child is two
+// steps: `go test -c` builds the package's test binary (with the mutant's
+// overlay, or without for the control), and the binary then runs the named
+// test in the package's directory, as go test would run it. Builds take the
+// CPU and runs mostly wait on timers and brokers, so each step has its own
+// bound, GOMAXPROCS: a run never holds up a build. A package's control
+// binary is built once and serves every control of that package.
+type kit struct {
+	goCmd, root, dir string
+
+	builds, runs chan struct{} // the bounds
+	wg           sync.WaitGroup
+	n            atomic.Int64 // names the binaries
+
+	mu       sync.Mutex
+	controls map[string]func() built // package → its unmutated test binary, built once
+}
+
+// A built is the outcome of one `go test -c`.
+type built struct {
+	bin  string
+	out  string // go's output, when the build failed
+	err  error
+	took time.Duration // wall time
+	cpu  time.Duration // user and system time of go and the compilers and linker it ran
+}
+
+// An outcome is what one child did.
+type outcome struct {
+	out        string // the run's output, or the build's when it failed
+	buildErr   error
+	runErr     error
+	build, run time.Duration // wall times
+	buildCPU   time.Duration
+}
+
+func (o outcome) String() string {
+	return fmt.Sprintf("built in %s (%s of CPU), ran in %s", o.build, o.buildCPU, o.run)
+}
+
+// cpuTime is the user and system time of cmd's process and the children
+// it waited for.
+func cpuTime(cmd *exec.Cmd) time.Duration {
+	if cmd.ProcessState == nil {
+		return 0
+	}
+	return (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Round(100 * time.Millisecond)
+}
+
+func newKit(goCmd, root, dir string) *kit {
+	n := runtime.GOMAXPROCS(0)
+	return &kit{goCmd: goCmd, root: root, dir: dir,
+		builds: make(chan struct{}, n), runs: make(chan struct{}, n),
+		controls: map[string]func() built{}}
+}
+
+// start runs job in the background and returns where its outcome arrives.
+func (k *kit) start(job func() outcome) <-chan outcome {
+	res := make(chan outcome, 1)
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		res <- job()
+	}()
+	return res
+}
+
+// wait waits for every job started.
+func (k *kit) wait() { k.wg.Wait() }
+
+// control runs the tests matching run in pkg's unmutated test binary.
+func (k *kit) control(pkg, run string) outcome {
+	k.mu.Lock()
+	b, ok := k.controls[pkg]
+	if !ok {
+		b = sync.OnceValue(func() built { return k.build(pkg, "") })
+		k.controls[pkg] = b
+	}
+	k.mu.Unlock()
+	return k.runBuilt(b(), pkg, run)
+}
+
+// mutant builds pkg's test binary with the overlay and runs the tests
+// matching run in it.
+func (k *kit) mutant(pkg, overlay, run string) outcome {
+	return k.runBuilt(k.build(pkg, overlay), pkg, run)
+}
+
+func (k *kit) runBuilt(b built, pkg, run string) outcome {
+	if b.err != nil {
+		return outcome{out: b.out, buildErr: b.err, build: b.took, buildCPU: b.cpu}
+	}
+	out, took, err := k.run(b.bin, pkg, run)
+	return outcome{out: out, runErr: err, build: b.took, buildCPU: b.cpu, run: took}
+}
+
+// build runs `go test -c` for pkg, with the overlay file if given.
+func (k *kit) build(pkg, overlay string) built {
+	k.builds <- struct{}{}
+	defer func() { <-k.builds }()
+	start := time.Now()
+	bin := filepath.Join(k.dir, fmt.Sprintf("%d.test", k.n.Add(1)))
 	// No vet and no symbol tables: the children only run tests, and both
 	// cost seconds per mutated package on two cores.
-	args := []string{"test", "-count=1", "-vet=off", "-ldflags=-s -w", "-timeout=" + childTimeout, "-run=" + run}
+	args := []string{"test", "-c", "-o", bin, "-vet=off", "-ldflags=-s -w"}
 	if overlay != "" {
 		args = append(args, "-overlay="+overlay)
 	}
-	cmd := exec.Command(goCmd, append(args, pkg)...)
-	cmd.Dir = root
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, k.goCmd, append(args, pkg)...)
+	cmd.Dir = k.root
+	out, err := cmd.CombinedOutput()
+	b := built{bin: bin, took: time.Since(start).Round(100 * time.Millisecond), cpu: cpuTime(cmd)}
+	if err != nil {
+		b.out, b.err = string(out), err
+	}
+	return b
+}
+
+// run runs the tests matching pattern in the test binary bin, in pkg's
+// directory, and returns the combined output.
+func (k *kit) run(bin, pkg, pattern string) (string, time.Duration, error) {
+	k.runs <- struct{}{}
+	defer func() { <-k.runs }()
+	start := time.Now()
+	cmd := exec.Command(bin, "-test.run="+pattern, "-test.timeout="+childTimeout)
+	cmd.Dir = filepath.Join(k.root, pkg)
 	cmd.Env = append(os.Environ(), transporttest.RequireBrokersEnv+"=1")
 	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return string(out), time.Since(start).Round(100 * time.Millisecond), err
 }
 
 var rootOnce = sync.OnceValues(func() (string, error) {
