@@ -478,8 +478,8 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 	f.Group = s.spec.Group
 	m.SetFacts(f)
 	w.cur.Store(m)
-	tel := s.tel
-	var first time.Time // the first call's start: one clock read for it and the time in queue
+	tel := s.tel.Active() // nil when nothing would be recorded: the call then costs what it does without telemetry
+	var first time.Time   // the first call's start: one clock read for it and the time in queue
 	if tel != nil {
 		first = time.Now()
 		tel.Handling(m, first)
@@ -513,7 +513,7 @@ func (s *subscription) process(w *worker, d transport.Delivery) {
 				return
 			}
 			if call != nil {
-				call.End(nil, telemetry.OutcomeAck, time.Now())
+				call.End(nil, telemetry.OutcomeAck, time.Time{}) // zero: End reads the monotonic clock alone
 			}
 			if aerr := d.Ack(w.ctx); aerr != nil {
 				s.log.Warn("ferry: ack failed; the message will be redelivered", "id", m.ID, "err", aerr)

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sort"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,22 +71,19 @@ func benchTelemetry(b *testing.B, tracing bool) *telemetry.Telemetry {
 }
 
 func benchTelemetrySampled(b *testing.B, tracing bool, sampler sdktrace.Sampler) *telemetry.Telemetry {
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler),
-		sdktrace.WithBatcher(discard{}, sdktrace.WithMaxQueueSize(1<<16)))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	b.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	if !tracing {
-		tel, err := telemetry.New(telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
-			telemetry.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))))
+		tel, err := telemetry.New(telemetry.WithTracerProvider(tracenoop.NewTracerProvider()), telemetry.WithMeterProvider(mp))
 		if err != nil {
 			b.Fatal(err)
 		}
 		return tel
 	}
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	b.Cleanup(func() {
-		_ = tp.Shutdown(context.Background())
-		_ = mp.Shutdown(context.Background())
-	})
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler),
+		sdktrace.WithBatcher(discard{}, sdktrace.WithMaxQueueSize(1<<16)))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	tel, err := telemetry.New(telemetry.WithTracerProvider(tp), telemetry.WithMeterProvider(mp))
 	if err != nil {
 		b.Fatal(err)
@@ -180,11 +178,18 @@ func orderJSON() []byte {
 
 // BenchmarkTelemetryOverhead measures, in one run, the Router's rate on
 // the memory transport without telemetry and with it, in 7 interleaved
-// rounds (off, on, sampled, metrics, off, on, ...), and reports the median
-// rate of each and its ratio to off: "on" is full tracing (every span
-// sampled and handed to a no-op exporter) with every metric; "sampled" the
-// same with a ParentBased 10% sampler, a usual production setting;
-// "metrics" the metrics alone (a no-op tracer provider). Run it once:
+// rounds (off, on, sampled, metrics, noprovider, off, on, ...), and
+// reports the median rate of each, its ratio to off, its heap allocations
+// per message (which the machine's load does not move) and the process's
+// CPU time per message (which the load moves far less than the rate: a
+// busy machine deschedules the process, it does not make it work more),
+// with off's CPU per message over the mode's as a second ratio: "on"
+// is full tracing (every span sampled and handed to a no-op exporter)
+// with every metric; "sampled" the same with a ParentBased 10% sampler, a
+// usual production setting; "metrics" the metrics alone (a no-op tracer
+// provider); "noprovider" a Telemetry made by New with no option while no
+// OpenTelemetry provider is set (the globals' stand-ins), which must cost
+// nothing. Run it once:
 //
 //	go test -run '^$' -bench TelemetryOverhead -benchtime 1x .
 func BenchmarkTelemetryOverhead(b *testing.B) {
@@ -202,8 +207,10 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 	} {
 		b.Run(h.name, func(b *testing.B) {
 			const rounds = 7
-			modes := []string{"off", "on", "sampled", "metrics"}
+			modes := []string{"off", "on", "sampled", "metrics", "noprovider"}
 			rates := make(map[string][]float64)
+			allocs := make(map[string][]float64)
+			cpus := make(map[string][]float64)
 			for range rounds {
 				for _, mode := range modes {
 					var opts []ferry.Option
@@ -215,25 +222,40 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 							sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1)))), ferry.LagInterval(0))
 					case "metrics":
 						opts = append(opts, ferry.WithTelemetry(benchTelemetry(b, false)), ferry.LagInterval(0))
+					case "noprovider":
+						tel, err := telemetry.New() // otel.GetTracerProvider and GetMeterProvider: nothing set
+						if err != nil {
+							b.Fatal(err)
+						}
+						opts = append(opts, ferry.WithTelemetry(tel), ferry.LagInterval(0))
 					}
-					rates[mode] = append(rates[mode], routerRate(b, h.n, payload, h.fn, opts...))
+					rate, a, cpu := routerRate(b, h.n, payload, h.fn, opts...)
+					rates[mode] = append(rates[mode], rate)
+					allocs[mode] = append(allocs[mode], a)
+					cpus[mode] = append(cpus[mode], cpu)
 				}
 			}
 			med := map[string]float64{}
 			for _, mode := range modes {
 				med[mode] = median(rates[mode])
 				b.ReportMetric(med[mode], mode+"-msgs/s")
+				b.ReportMetric(median(allocs[mode]), mode+"-allocs/msg")
+				b.ReportMetric(median(cpus[mode]), mode+"-cpu-µs/msg")
 			}
 			for _, mode := range modes[1:] {
 				b.ReportMetric(med[mode]/med["off"], mode+"/off")
+				b.ReportMetric(median(cpus["off"])/median(cpus[mode]), mode+"/off-by-cpu")
 			}
 		})
 	}
 }
 
 // routerRate publishes n messages and returns the rate at which a Router
-// made with opts consumes them through fn.
-func routerRate(b *testing.B, n int, payload []byte, fn func(context.Context, *handler.Message) error, opts ...ferry.Option) float64 {
+// made with opts consumes them through fn, and the heap allocations and
+// CPU time (user and system, in µs) per message meanwhile: the process's,
+// the Router's, the transport's and the OpenTelemetry SDK's background
+// work alike.
+func routerRate(b *testing.B, n int, payload []byte, fn func(context.Context, *handler.Message) error, opts ...ferry.Option) (rate, allocs, cpu float64) {
 	ctx := context.Background()
 	br, err := memory.New(ctx, "memory://?partitions=8")
 	if err != nil {
@@ -263,14 +285,27 @@ func routerRate(b *testing.B, n int, payload []byte, fn func(context.Context, *h
 		b.Fatal(err)
 	}
 	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	cpu0 := cpuTime()
 	start := time.Now()
 	go r.Run(ctx)
 	<-done
 	elapsed := time.Since(start)
+	cpu1 := cpuTime()
+	runtime.ReadMemStats(&after)
 	if err := r.Close(ctx); err != nil {
 		b.Fatal(err)
 	}
-	return float64(n) / elapsed.Seconds()
+	return float64(n) / elapsed.Seconds(), float64(after.Mallocs-before.Mallocs) / float64(n),
+		float64((cpu1 - cpu0).Microseconds()) / float64(n)
+}
+
+// cpuTime is the process's CPU time so far, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(xs []float64) float64 {

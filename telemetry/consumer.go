@@ -147,6 +147,28 @@ func (c *Consumer) labels() []attribute.KeyValue {
 // Info returns what c was made for.
 func (c *Consumer) Info() ConsumerInfo { return c.info }
 
+// Active returns c when its handler calls record anything: tracing is on,
+// or the meter provider records the per-message instruments. It returns
+// nil otherwise (a nil c included), and the Router then runs the call
+// exactly as without telemetry, with no clock read, span or allocation:
+// a Telemetry whose providers are no-ops, or OpenTelemetry's global ones
+// before a program sets any, costs nothing per message. The Router asks
+// once per delivery, so a global meter provider set later is seen; the
+// deliveries settled before it are not counted.
+func (c *Consumer) Active() *Consumer {
+	if c == nil {
+		return nil
+	}
+	if c.t.tracing {
+		return c
+	}
+	in, ctx := &c.t.inst, context.Background()
+	if in.handlerDur.Enabled(ctx) || in.queueTime.Enabled(ctx) || in.errors.Enabled(ctx) {
+		return c
+	}
+	return nil
+}
+
 // Handling records m's time in queue: from Facts.PublishedAt (the broker's
 // time, where the transport knows it) to now, its first handler call. The
 // Router calls it once per delivery, before the first call.
@@ -208,6 +230,7 @@ type Call struct {
 	span            trace.Span
 	start           time.Time
 	mark            atomic.Uint32 // an Outcome marked by middleware
+	recording       bool          // span.IsRecording() at the start: the SDK's answer takes the span's lock
 	ended           bool
 }
 
@@ -248,11 +271,12 @@ func (c *Consumer) Start(ctx context.Context, m *handler.Message, now time.Time)
 	var spanCtx context.Context
 	var span trace.Span
 	if links == nil {
-		spanCtx, span = c.t.tracer.Start(parent, c.name, consumerKind)
+		spanCtx, span = c.t.tracer.Start(parent, c.name, consumerStart...)
 	} else {
 		spanCtx, span = c.t.tracer.Start(parent, c.name, consumerKind, trace.WithLinks(links...))
 	}
-	if span.IsRecording() {
+	call.recording = span.IsRecording()
+	if call.recording {
 		kv := getAttrs()
 		*kv = append(*kv, c.base...)
 		*kv = messageAttrs(*kv, c.info.Transport, m, true)
@@ -263,7 +287,13 @@ func (c *Consumer) Start(ctx context.Context, m *handler.Message, now time.Time)
 	return call
 }
 
-var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
+var (
+	consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
+	// consumerStart is Start's options, made once: a variadic argument
+	// built at the call would be a heap slice per span (the tracer is an
+	// interface, so its arguments escape).
+	consumerStart = []trace.SpanStartOption{consumerKind}
+)
 
 // attrPool holds the slices spans' attributes are built in: SetAttributes
 // copies them, so the slice is free again at once.
@@ -296,7 +326,7 @@ func (c *Call) Retry(delay time.Duration, how string) {
 			c.c.t.inst.retries.Add(context.Background(), 1, c.c.retryOpt[i].add...)
 		}
 	}
-	if c.span.IsRecording() {
+	if c.recording {
 		c.span.AddEvent("retry", trace.WithAttributes(AttrDelay.Float64(delay.Seconds()), AttrRetry.String(how)))
 	}
 }
@@ -304,18 +334,32 @@ func (c *Call) Retry(delay time.Duration, how string) {
 // End ends the call at now, err being what the chain returned and o what
 // became of the delivery (OutcomeNone when it will be tried again, or was
 // abandoned): it records the call's duration and error class, counts the
-// settle, and ends the span. Calling End again does nothing.
+// settle, and ends the span. A zero now means "now", read from the
+// monotonic clock alone (time.Since of the start: half what time.Now
+// reads). Calling End again does nothing.
 func (c *Call) End(err error, o Outcome, now time.Time) {
 	if c.ended {
 		return
 	}
 	c.ended = true
-	class := handler.Class(err)
-	ci := classIndex(class)
-	ctx := context.Background()
-	c.c.t.inst.handlerDur.Record(ctx, now.Sub(c.start).Seconds(), c.c.classOpt[ci].rec...)
+	var d time.Duration
+	if now.IsZero() {
+		d = time.Since(c.start)
+	} else {
+		d = now.Sub(c.start)
+	}
+	class, ci := "ok", 0 // classes[0]
 	if err != nil {
-		c.c.t.inst.errors.Add(ctx, 1, c.c.classOpt[ci].add...)
+		class = handler.Class(err)
+		ci = classIndex(class)
+	}
+	// The measurements take context.Background, not the call's: no
+	// exemplar is taken from the span (the SDK's trace-based filter would
+	// sample one per message of a sampled trace).
+	in, ctx := &c.c.t.inst, context.Background()
+	in.handlerDur.Record(ctx, d.Seconds(), c.c.classOpt[ci].rec...)
+	if err != nil {
+		in.errors.Add(ctx, 1, c.c.classOpt[ci].add...)
 	}
 	if o == OutcomeAck {
 		if m := c.Marked(); m != OutcomeNone {
@@ -323,7 +367,7 @@ func (c *Call) End(err error, o Outcome, now time.Time) {
 		}
 	}
 	c.c.Settled(o)
-	if !c.span.IsRecording() {
+	if !c.recording {
 		return
 	}
 	// An acked delivery's span gets no attribute at its end: adding one
@@ -360,7 +404,7 @@ func Mark(ctx context.Context, o Outcome, cause error, attrs ...attribute.KeyVal
 	if cause != nil {
 		call.c.t.inst.errors.Add(context.Background(), 1, call.c.classOpt[classIndex(handler.Class(cause))].add...)
 	}
-	if call.span.IsRecording() {
+	if call.recording {
 		if cause != nil {
 			attrs = append(attrs, AttrErrorClass.String(handler.Class(cause)))
 		}

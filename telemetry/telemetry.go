@@ -3,6 +3,7 @@ package telemetry
 import (
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 
 	"go.opentelemetry.io/otel"
@@ -63,8 +64,9 @@ func (o option) apply(c *config) { o(c) }
 // WithTracerProvider sets where spans go. The default is OpenTelemetry's
 // global provider (otel.GetTracerProvider), read once by New: set the
 // global provider before calling New, or pass yours here. A no-op provider
-// (go.opentelemetry.io/otel/trace/noop) turns tracing off, and with it the
-// propagation of trace context into headers.
+// (go.opentelemetry.io/otel/trace/noop), or the global one while no
+// provider has been set, turns tracing off, and with it the propagation of
+// trace context into headers: no span is started, at no cost per message.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return option(func(c *config) {
 		if tp == nil {
@@ -75,7 +77,10 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 // WithMeterProvider sets where metrics go. The default is OpenTelemetry's
-// global provider (otel.GetMeterProvider), read once by New.
+// global provider (otel.GetMeterProvider), read once by New. While the
+// provider records nothing (a no-op provider, or the global one before a
+// provider is set) and tracing is off, a handler call costs nothing more
+// than without telemetry ([Consumer.Active]).
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return option(func(c *config) {
 		if mp == nil {
@@ -138,10 +143,9 @@ func New(opts ...Option) (*Telemetry, error) {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
-	_, noop := c.tp.(tracenoop.TracerProvider)
 	t := &Telemetry{
 		tracer:   c.tp.Tracer(ScopeName),
-		tracing:  !noop,
+		tracing:  !noTracer(c.tp),
 		prop:     c.prop,
 		log:      c.log,
 		meter:    c.mp.Meter(ScopeName),
@@ -156,3 +160,20 @@ func New(opts ...Option) (*Telemetry, error) {
 	}
 	return t, nil
 }
+
+// noTracer reports whether tp makes no spans at all: OpenTelemetry's no-op
+// provider, or the global provider while none has been set. The latter is
+// the otel module's delegating stand-in (package internal/global), which
+// otel.GetTracerProvider returns only until otel.SetTracerProvider is
+// called; its spans are non-recording copies of their parent's context, so
+// starting one would cost a context and a span per message for nothing.
+func noTracer(tp trace.TracerProvider) bool {
+	if _, ok := tp.(tracenoop.TracerProvider); ok {
+		return true
+	}
+	t := reflect.TypeOf(tp)
+	return t.Kind() == reflect.Pointer && t.Elem().PkgPath() == globalPkg
+}
+
+// globalPkg is the package of the global provider's stand-in.
+const globalPkg = "go.opentelemetry.io/otel/internal/global"
