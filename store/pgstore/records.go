@@ -57,7 +57,7 @@ SELECT namespace,
   count(*) FILTER (WHERE state = 1 AND expires_at > c.now),
   count(*) FILTER (WHERE state = 1 AND expires_at <= c.now),
   coalesce(extract(epoch FROM c.now - min(created_at) FILTER (WHERE state = 1 AND expires_at > c.now)) * 1000, 0)::bigint
-FROM ` + t + `, c GROUP BY namespace ORDER BY namespace`,
+FROM ` + t + `, c GROUP BY namespace, c.now ORDER BY namespace`,
 		stuckSQL: `WITH c AS (SELECT clock_timestamp() AS now)
 SELECT namespace, key, created_at,
   (extract(epoch FROM c.now - created_at) * 1000)::bigint,
