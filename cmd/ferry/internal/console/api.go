@@ -430,6 +430,7 @@ func (s *Server) replay(ctx context.Context, body json.RawMessage) (any, int, er
 		return nil, http.StatusBadRequest, errors.New("console: nothing selected to replay")
 	}
 	res, err := s.cfg.DeadLetters.Replay(ctx, g, sel)
+
 	if err != nil {
 		code := http.StatusBadGateway
 		if errors.Is(err, ops.ErrNotInDLQ) {

@@ -384,6 +384,7 @@ async function replay(sel, what) {
   const ok = await confirmAction("Replay " + what + " of " + state.dlqGroup +
     " to its original topic? Replay is at-least-once: a consumer that dedupes applies each message once.");
   if (!ok) { dlqResult("replay cancelled"); return; }
+  dlqResult("replaying…");
   try {
     const r = await postJSON("api/dlq/replay", Object.assign({ group: state.dlqGroup }, sel));
     dlqResult("Replayed " + r.replayed + " message" + (r.replayed === 1 ? "" : "s") + ".");
