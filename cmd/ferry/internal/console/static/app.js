@@ -527,6 +527,8 @@ async function refreshInbox() {
   if (!state.session.inbox) {
     $("inbox-empty").hidden = false;
     $("inbox-empty").textContent = "No inbox: start the console with --inbox.";
+    $("inbox-body").hidden = true;
+    $("inbox-refresh").hidden = true;
     return;
   }
   let d;
