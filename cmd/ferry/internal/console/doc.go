@@ -7,7 +7,8 @@
 // declared semantics of the transport in use.
 //
 // The server knows nothing of brokers: it calls the operations through
-// small interfaces ([Monitor], [DeadLetters], [Lot], [Inbox]), which
+// small interfaces ([Monitor], [DeadLetters], [Lot], and [Inbox] from
+// [InboxOf]), the first three of which
 // [Operations] implements with the ferry command's operations layer
 // (package ops), so the page and the shell do the same thing: a replay is
 // ops.ReplayDLQ, a release is ops.RequestRelease (recorded in the lot and
