@@ -31,16 +31,18 @@ func (a *app) consoleCmd() *cobra.Command {
 		Long: `console serves one web page (embedded in the binary: no build step, nothing
 from the network) over the same operations as the other commands: each group's
 lag and throughput as live charts, its dead letters with their failure record,
-headers and payload (shown as text), replay of one, a key or a selection; the
-parked keys of --parking with release (carried out in order by the running
-consumers) and drop (with an audit record); and the declared semantics.
+headers and payload (shown as text), replay of one, a key, a selection or the
+dead letters that first failed in a time range; the parked keys of --parking
+with release (carried out in order by the running consumers) and drop (with an
+audit record); the dedupe records of --inbox (per namespace, stuck claims,
+and whether a message ID was processed); and the declared semantics.
 
 It listens on loopback by default. Listening anywhere else, a write action
 (replay, release, drop) needs the operator token: --token or, better (it
 stays out of the process list), $` + consoleTokenEnv + `; without one the page
 is read-only there. Every write also needs the page's CSRF token.`,
 		Example: `  ferry console --url redis://127.0.0.1:6379 --parking redis://127.0.0.1:6379 \
-      --sub orders:inventory --sub orders:email
+      --inbox postgres://127.0.0.1:5432/orders --sub orders:inventory --sub orders:email
   ` + consoleTokenEnv + `=$(openssl rand -hex 16) ferry console --listen 0.0.0.0:8090 \
       --url kafka://broker:9092 --topic orders --group inventory`,
 		Args: cobra.NoArgs,
@@ -78,13 +80,22 @@ is read-only there. Every write also needs the page's CSRF token.`,
 				defer l.Close()
 				lot = l
 			}
+			var inbox console.Inbox
+			if a.inbox != "" {
+				in, err := ops.OpenInbox(c.Context(), a.inbox)
+				if err != nil {
+					return err
+				}
+				defer in.Close()
+				inbox = console.InboxOf(in)
+			}
 			o, err := console.NewOperations(t, lot, specs)
 			if err != nil {
 				return usageError{err}
 			}
 			cfg := console.Config{
 				Listen: listen, Token: token, URL: transport.RedactString(a.url),
-				Secrets: passwords(a.url, a.parking, a.inbox), Monitor: o, DeadLetters: o,
+				Secrets: passwords(a.url, a.parking, a.inbox), Monitor: o, DeadLetters: o, Inbox: inbox,
 				Interval: interval, Logger: slog.New(slog.NewTextHandler(a.errw, nil)),
 			}
 			if lot != nil {

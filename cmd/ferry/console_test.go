@@ -152,6 +152,8 @@ func TestConsoleUsage(t *testing.T) {
 		{"console", "--url", "memory://", "--sub", ":g"},
 		{"console", "--url", "memory://", "--group", "g"},
 		{"console", "--url", "memory://", "--listen", "8090"},
+		{"console", "--url", "memory://", "--inbox", "redis://127.0.0.1:6379"}, // no index to sum up
+		{"lag", "--url", "memory://", "--topic", "orders", "--inbox", "postgres://127.0.0.1:5432/test"},
 	} {
 		var out, errw bytes.Buffer
 		if code := run(args, strings.NewReader(""), &out, &errw); code != exitUsage {

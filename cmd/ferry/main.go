@@ -139,14 +139,14 @@ Output is a table, or JSON with -o json. Exit codes: 0 done, 1 failed, 2 bad usa
 	}
 	root.PersistentFlags().StringVar(&a.url, "url", os.Getenv("FERRY_URL"), "broker URL (default $FERRY_URL)")
 	root.PersistentFlags().StringVar(&a.parking, "parking", os.Getenv("FERRY_PARKING"), "parking lot DSN: postgres://… or redis://… (default $FERRY_PARKING)")
-	root.PersistentFlags().StringVar(&a.inbox, "inbox", os.Getenv("FERRY_INBOX"), "inbox/dedupe store DSN (default $FERRY_INBOX); reserved: no command reads it yet")
+	root.PersistentFlags().StringVar(&a.inbox, "inbox", os.Getenv("FERRY_INBOX"), "dedupe inbox DSN, postgres://…[?table=…] (default $FERRY_INBOX); read by ferry console")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "let the transports' warnings through to stderr")
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
 		quietLibraries(a.verbose)
-		if c.Flags().Changed("inbox") {
-			return usageError{fmt.Errorf("--inbox: no command reads the inbox yet")}
+		if c.Flags().Changed("inbox") && c.Name() != "console" {
+			return usageError{fmt.Errorf("--inbox: only ferry console reads the inbox")}
 		}
 		if a.output != "table" && a.output != "json" {
 			return usageError{fmt.Errorf("-o %q: want table or json", a.output)}

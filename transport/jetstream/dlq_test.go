@@ -288,6 +288,10 @@ func TestLag(t *testing.T) {
 	if len(lag) != 1 || lag[0].Messages != 8 && lag[0].Messages != 9 || lag[0].OldestAge < 300*time.Millisecond {
 		t.Errorf("Lag = %+v; want one consumer %s, 8 or 9 messages behind, the oldest at least 300ms old", lag, group)
 	}
+	// Two acked past an unacked first: the ack floor has not moved.
+	if n, err := tr.Consumed(ctx, sub); err != nil || n != 0 {
+		t.Errorf("Consumed with the first unacked = %d, %v; want 0", n, err)
+	}
 	_ = held[0].Ack(ctx)
 	for range 7 {
 		d, err := st.Receive(rctx)
@@ -299,6 +303,9 @@ func TestLag(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if lag, err := tr.Lag(ctx, sub); err != nil || len(lag) != 1 || lag[0].Messages != 0 || lag[0].OldestAge != 0 {
 		t.Errorf("after every ack Lag = %+v, %v; want 0", lag, err)
+	}
+	if n, err := tr.Consumed(ctx, sub); err != nil || n != 10 {
+		t.Errorf("after every ack Consumed = %d, %v; want 10", n, err)
 	}
 	if _, err := tr.Lag(ctx, transport.Subscription{Topic: topic, Group: "nobody"}); !errors.Is(err, transport.ErrNotFound) {
 		t.Errorf("Lag of a missing group = %v; want ErrNotFound", err)

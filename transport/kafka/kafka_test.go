@@ -293,9 +293,15 @@ func TestLagAndReset(t *testing.T) {
 	if total != 10 || len(lag) != 2 {
 		t.Errorf("lag before consuming %v, want 10 over 2 partitions", lag)
 	}
+	if n, err := tr.Consumed(ctxT(t, 10*time.Second), sub); err != nil || n != 0 {
+		t.Errorf("consumed before consuming: %d, %v; want 0", n, err)
+	}
 	st := subscribe(t, tr, sub)
 	receive(t, st, 10)
 	waitCommitted(t, tr, sub, 0)
+	if n, err := tr.Consumed(ctxT(t, 10*time.Second), sub); err != nil || n != 10 {
+		t.Errorf("consumed after consuming all: %d, %v; want 10", n, err)
+	}
 
 	// A reset refuses while the member is live, but a dry run works.
 	reset := kafka.Reset{Group: "g", Topic: "lag", To: kafka.ResetShift, Shift: -2}
@@ -321,6 +327,9 @@ func TestLagAndReset(t *testing.T) {
 		t.Fatalf("ResetOffsets: %v", err)
 	}
 	waitCommitted(t, tr, sub, 4) // 2 back on each partition
+	if n, err := tr.Consumed(ctxT(t, 10*time.Second), sub); err != nil || n != 6 {
+		t.Errorf("consumed after shifting back 2 per partition: %d, %v; want 6", n, err)
+	}
 	if _, err := tr.ResetOffsets(ctxT(t, 10*time.Second), kafka.Reset{Group: "g", Topic: "lag", To: kafka.ResetEarliest}); err != nil {
 		t.Fatal(err)
 	}

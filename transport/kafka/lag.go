@@ -23,6 +23,62 @@ func (t *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]tran
 }
 
 func (t *Transport) lag(ctx context.Context, sub transport.Subscription) ([]transport.Lag, error) {
+	pos, err := t.positions(sub)
+	if err != nil {
+		return nil, err
+	}
+	c, err := sarama.NewConsumerFromClient(t.client)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: lag %s: %w", sub.Topic, err)
+	}
+	defer func() { _ = c.Close() }()
+	out := make([]transport.Lag, 0, len(pos))
+	for _, ps := range pos {
+		l := transport.Lag{Partition: strconv.Itoa(int(ps.p)), Messages: max(ps.end-ps.from, 0)}
+		if l.Messages > 0 {
+			ts, err := firstTimestamp(ctx, c, sub.Topic, ps.p, ps.from)
+			if err != nil {
+				return nil, fmt.Errorf("kafka: lag %s/%d: %w", sub.Topic, ps.p, err)
+			}
+			if !ts.IsZero() {
+				l.OldestAge = max(time.Since(ts), 0)
+			}
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// Consumed returns the sum over sub.Topic's partitions of the offset sub's
+// group has reached: its committed offset, or where a partition it never
+// committed starts as [Transport.Lag] counts it. It only grows while the
+// group consumes (an offsets reset moves it), so its rate of change is
+// the group's throughput, in steps of the commit interval; the ferry
+// console draws its chart from it.
+func (t *Transport) Consumed(ctx context.Context, sub transport.Subscription) (int64, error) {
+	return awaitCtx(ctx, "consumed "+sub.Topic, func() (int64, error) {
+		pos, err := t.positions(sub)
+		var n int64
+		for _, ps := range pos {
+			n += ps.from
+		}
+		return n, err
+	})
+}
+
+// position is where a group stands on one partition: the offset it
+// consumes from next, and the partition's log end.
+type position struct {
+	p         int32
+	from, end int64
+}
+
+// positions returns where sub's group stands on each partition of
+// sub.Topic: its committed offset, or, for a partition it never committed,
+// the oldest retained offset when it starts at [Earliest] and the log end
+// when at [Latest]; a committed offset that fell out of retention counts
+// from the oldest retained.
+func (t *Transport) positions(sub transport.Subscription) ([]position, error) {
 	m, err := t.resolve(sub)
 	if err != nil {
 		return nil, err
@@ -39,12 +95,7 @@ func (t *Transport) lag(ctx context.Context, sub transport.Subscription) ([]tran
 	if err != nil {
 		return nil, err
 	}
-	c, err := sarama.NewConsumerFromClient(t.client)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: lag %s: %w", sub.Topic, err)
-	}
-	defer func() { _ = c.Close() }()
-	out := make([]transport.Lag, 0, len(parts))
+	out := make([]position, 0, len(parts))
 	for _, p := range parts {
 		oldest, end, err := t.bounds("lag", sub.Topic, p)
 		if err != nil {
@@ -59,17 +110,7 @@ func (t *Transport) lag(ctx context.Context, sub transport.Subscription) ([]tran
 		case from < oldest:
 			from = oldest // fell out of retention
 		}
-		l := transport.Lag{Partition: strconv.Itoa(int(p)), Messages: max(end-from, 0)}
-		if l.Messages > 0 {
-			ts, err := firstTimestamp(ctx, c, sub.Topic, p, from)
-			if err != nil {
-				return nil, fmt.Errorf("kafka: lag %s/%d: %w", sub.Topic, p, err)
-			}
-			if !ts.IsZero() {
-				l.OldestAge = max(time.Since(ts), 0)
-			}
-		}
-		out = append(out, l)
+		out = append(out, position{p: p, from: from, end: end})
 	}
 	return out, nil
 }

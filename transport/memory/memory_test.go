@@ -842,10 +842,17 @@ func TestLag(t *testing.T) {
 	if lag[0].OldestAge < 5*time.Millisecond || lag[0].OldestAge > wait || lag[1].OldestAge != 0 {
 		t.Fatalf("oldest ages %v %v", lag[0].OldestAge, lag[1].OldestAge)
 	}
+	// Consumed counts what is settled: one acked; the Nacked one waits.
+	if n, err := b.Consumed(ctx, transport.Subscription{Topic: "orders", Group: "g"}); err != nil || n != 1 {
+		t.Fatalf("consumed %d, %v; want 1", n, err)
+	}
 	ack(t, ds[0])
 	lag, _ = b.Lag(ctx, transport.Subscription{Topic: "orders", Group: "g"})
 	if lag[0].Messages != 8 {
 		t.Fatalf("lag %+v after one more ack", lag)
+	}
+	if n, err := b.Consumed(ctx, transport.Subscription{Topic: "orders", Group: "g"}); err != nil || n != 2 {
+		t.Fatalf("consumed %d, %v after one more ack; want 2", n, err)
 	}
 	if _, err := b.Lag(ctx, transport.Subscription{Topic: "orders", Group: "nope"}); err == nil {
 		t.Fatal("lag of a missing group")

@@ -145,24 +145,9 @@ func (t *topic) snapshot(limit int) []located {
 // lock in turn, and costs time in proportion to the group's unsettled
 // deliveries.
 func (c *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]transport.Lag, error) {
-	if err := c.check(); err != nil {
-		return nil, fmt.Errorf("memory: lag %s: %w", sub.Topic, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("memory: lag %s: %w", sub.Topic, err)
-	}
-	if sub.Group == "" {
-		return nil, fmt.Errorf("%w: memory: lag %s: Subscription has no Group", transport.ErrInvalidOption, sub.Topic)
-	}
-	t := c.b.lookup(sub.Topic)
-	if t == nil {
-		return nil, fmt.Errorf("memory: lag %s: no such topic", sub.Topic)
-	}
-	t.mu.Lock()
-	g := t.groups[sub.Group]
-	t.mu.Unlock()
-	if g == nil {
-		return nil, fmt.Errorf("memory: lag %s: no group %q on this topic", sub.Topic, sub.Group)
+	g, err := c.namedGroup(ctx, "lag", sub)
+	if err != nil {
+		return nil, err
 	}
 	now := c.b.now()
 	out := make([]transport.Lag, len(g.gps))
@@ -193,4 +178,50 @@ func (c *Transport) Lag(ctx context.Context, sub transport.Subscription) ([]tran
 		out[i] = l
 	}
 	return out, nil
+}
+
+// Consumed returns how many messages of sub.Topic sub.Group has settled so
+// far, summed over the partitions: the offsets it has passed less those
+// still outstanding or waiting for redelivery (a message removed from the
+// topic before its delivery, as a replayed dead letter is from its DLQ,
+// counts as passed). It only grows while the group exists, so its rate of
+// change is the group's throughput; the ferry console draws its chart from
+// it. Errors are those of [Transport.Lag].
+func (c *Transport) Consumed(ctx context.Context, sub transport.Subscription) (int64, error) {
+	g, err := c.namedGroup(ctx, "consumed", sub)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, gp := range g.gps {
+		gp.p.mu.Lock()
+		n += gp.next.Load() - int64(gp.outstanding) - int64(len(gp.pending))
+		gp.p.mu.Unlock()
+	}
+	return n, nil
+}
+
+// namedGroup returns the existing group sub names, for the operation op
+// (which names the errors).
+func (c *Transport) namedGroup(ctx context.Context, op string, sub transport.Subscription) (*group, error) {
+	if err := c.check(); err != nil {
+		return nil, fmt.Errorf("memory: %s %s: %w", op, sub.Topic, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: %s %s: %w", op, sub.Topic, err)
+	}
+	if sub.Group == "" {
+		return nil, fmt.Errorf("%w: memory: %s %s: Subscription has no Group", transport.ErrInvalidOption, op, sub.Topic)
+	}
+	t := c.b.lookup(sub.Topic)
+	if t == nil {
+		return nil, fmt.Errorf("memory: %s %s: no such topic", op, sub.Topic)
+	}
+	t.mu.Lock()
+	g := t.groups[sub.Group]
+	t.mu.Unlock()
+	if g == nil {
+		return nil, fmt.Errorf("memory: %s %s: no group %q on this topic", op, sub.Topic, sub.Group)
+	}
+	return g, nil
 }

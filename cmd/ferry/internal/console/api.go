@@ -42,6 +42,42 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/parked/messages", s.parkedMessages)
 	s.mux.HandleFunc("/api/parked/release", s.write(s.release))
 	s.mux.HandleFunc("/api/parked/drop", s.write(s.drop))
+	s.mux.HandleFunc("GET /api/inbox", s.inboxSummary)
+	s.mux.HandleFunc("GET /api/inbox/lookup", s.inboxLookup)
+}
+
+// errNoInbox answers the inbox requests without an inbox.
+const errNoInbox = "console: no inbox (start with --inbox)"
+
+func (s *Server) inboxSummary(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Inbox == nil {
+		writeError(w, http.StatusNotFound, errNoInbox)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+	defer cancel()
+	sum, err := s.cfg.Inbox.Summary(ctx)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, s.clean(err))
+		return
+	}
+	writeJSON(w, sum)
+}
+
+func (s *Server) inboxLookup(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Inbox == nil {
+		writeError(w, http.StatusNotFound, errNoInbox)
+		return
+	}
+	q := r.URL.Query()
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+	defer cancel()
+	rec, err := s.cfg.Inbox.Lookup(ctx, q.Get("namespace"), q.Get("id"))
+	if err != nil {
+		writeError(w, codeOf(err), s.clean(err))
+		return
+	}
+	writeJSON(w, rec)
 }
 
 // write wraps a write action: the checks of checkWrite, a bounded body
@@ -80,6 +116,7 @@ type sessionJSON struct {
 	NeedsToken   bool   `json:"needsToken"`
 	DeadLetters  bool   `json:"deadLetters"`
 	Parking      bool   `json:"parking"`
+	Inbox        bool   `json:"inbox"`
 	IntervalMS   int64  `json:"intervalMs"`
 	HistorySecs  int64  `json:"historySeconds"`
 	ServerTimeMS int64  `json:"serverTimeMs"`
@@ -94,6 +131,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 		NeedsToken:   s.cfg.Token != "",
 		DeadLetters:  s.cfg.DeadLetters != nil,
 		Parking:      s.cfg.Lot != nil,
+		Inbox:        s.cfg.Inbox != nil,
 		IntervalMS:   s.cfg.Interval.Milliseconds(),
 		HistorySecs:  int64(s.cfg.History / time.Second),
 		ServerTimeMS: time.Now().UnixMilli(),
@@ -102,7 +140,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 
 type pointJSON struct {
 	T    int64    `json:"t"`              // unix ms
-	Lag  int64    `json:"lag"`            // messages
+	Lag  *int64   `json:"lag,omitempty"`  // messages, where known
 	Age  float64  `json:"age"`            // seconds
 	Rate *float64 `json:"rate,omitempty"` // messages per second consumed, where known
 	Err  string   `json:"err,omitempty"`
@@ -114,6 +152,21 @@ type lagJSON struct {
 	Age       float64 `json:"age"`
 }
 
+// windowJSON is what a group consumed over the last readings: from its
+// first to its last reading with a count, within the window asked for.
+type windowJSON struct {
+	Seconds  float64  `json:"seconds"`  // the window asked for
+	Messages *int64   `json:"messages"` // consumed in it; null where the broker counts nothing
+	Spanned  float64  `json:"spanned"`  // seconds between the first and the last reading counted
+	Rate     *float64 `json:"rate"`     // Messages / Spanned
+}
+
+type measureJSON struct {
+	Lag        string `json:"lag"`
+	Throughput string `json:"throughput"`
+	Counts     bool   `json:"counts"`
+}
+
 type groupJSON struct {
 	Name      string         `json:"name"`
 	Topic     string         `json:"topic"`
@@ -121,6 +174,8 @@ type groupJSON struct {
 	DLQ       string         `json:"dlq"`
 	Lag       []lagJSON      `json:"lag"`
 	Series    []pointJSON    `json:"series"`
+	Windows   []windowJSON   `json:"windows"`
+	Measure   measureJSON    `json:"measure"`
 	Semantics *semanticsJSON `json:"semantics,omitempty"`
 	Error     string         `json:"error,omitempty"`
 }
@@ -131,29 +186,46 @@ type overviewJSON struct {
 }
 
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
 	s.mu.Lock()
 	groups := append([]Group(nil), s.groups...)
 	out := overviewJSON{Error: s.lastErr, Groups: []groupJSON{}}
 	for _, g := range groups {
-		gj := groupJSON{Name: g.Name, Topic: g.Sub.Topic, Group: g.Sub.Group, DLQ: g.DLQ, Lag: []lagJSON{}, Series: []pointJSON{}}
+		gj := groupJSON{Name: g.Name, Topic: g.Sub.Topic, Group: g.Sub.Group, DLQ: g.DLQ, Lag: []lagJSON{}, Series: []pointJSON{},
+			Windows: []windowJSON{}, Measure: measureJSON{Lag: g.Measure.Lag, Throughput: g.Measure.Throughput, Counts: g.Measure.Counts}}
 		if sr := s.series[g.Name]; sr != nil {
 			for _, l := range sr.last.Lag {
 				gj.Lag = append(gj.Lag, lagJSON{Partition: l.Partition, Messages: l.Messages, Age: l.OldestAge.Seconds()})
 			}
-			for i, p := range sr.points {
-				pj := pointJSON{T: p.At.UnixMilli(), Lag: p.Lag, Age: p.Age.Seconds(), Err: p.Err}
+			all := sr.since(time.Time{})
+			for i, p := range all {
+				pj := pointJSON{T: p.At.UnixMilli(), Age: p.Age.Seconds(), Err: p.Err}
+				if p.Lag >= 0 {
+					pj.Lag = &p.Lag
+				}
 				if i > 0 {
-					if q := sr.points[i-1]; q.Consumed >= 0 && p.Consumed >= q.Consumed {
-						if dt := p.At.Sub(q.At).Seconds(); dt > 0 {
-							rate := float64(p.Consumed-q.Consumed) / dt
-							pj.Rate = &rate
-						}
+					if m, secs, ok := window(all[i-1 : i+1]); ok && secs > 0 {
+						rate := float64(m) / secs
+						pj.Rate = &rate
 					}
 				}
 				gj.Series = append(gj.Series, pj)
 			}
-			if n := len(sr.points); n > 0 {
-				gj.Error = sr.points[n-1].Err
+			// What the group consumed in the last minute, the last five,
+			// and the whole history held.
+			for _, d := range []time.Duration{time.Minute, 5 * time.Minute, s.cfg.History} {
+				wj := windowJSON{Seconds: d.Seconds()}
+				if m, secs, ok := window(sr.since(now.Add(-d))); ok {
+					wj.Messages, wj.Spanned = &m, secs
+					if secs > 0 {
+						rate := float64(m) / secs
+						wj.Rate = &rate
+					}
+				}
+				gj.Windows = append(gj.Windows, wj)
+			}
+			if len(all) > 0 {
+				gj.Error = all[len(all)-1].Err
 			}
 		}
 		out.Groups = append(out.Groups, gj)
@@ -282,13 +354,17 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
+// msTime is RFC 3339 with milliseconds: a dead letter's first failure to
+// the precision a time range selects it by.
+const msTime = "2006-01-02T15:04:05.000Z07:00"
+
 func deadLetterOf(e ops.DeadLetter) deadLetterJSON {
 	d := deadLetterJSON{
 		messageJSON: messageOf(e.ID, e.Key, e.OriginalTopic, e.Headers, e.Payload), Reason: e.Reason, Class: e.Class,
 		Attempts: e.Attempts, Subscription: e.Subscription, Original: e.OriginalTopic, Age: -1,
 	}
 	if !e.FirstFailure.IsZero() {
-		d.FirstFailure = e.FirstFailure.UTC().Format(time.RFC3339)
+		d.FirstFailure = e.FirstFailure.UTC().Format(msTime)
 		d.Age = time.Duration(e.Age).Seconds()
 	}
 	if !e.LastFailure.IsZero() {
@@ -297,14 +373,41 @@ func deadLetterOf(e ops.DeadLetter) deadLetterJSON {
 	return d
 }
 
-// replayRequest selects dead letters of a group to replay. An empty
+// replayRequest selects dead letters of a group to replay: by ID, by key,
+// by the time of their first failure in [Since, Until) (RFC 3339; either
+// may be empty), combined as [ops.Selection] combines them. An empty
 // selection replays nothing unless All is set, so that a bug in the page
 // cannot replay a whole DLQ.
 type replayRequest struct {
 	Group string   `json:"group"`
 	IDs   []string `json:"ids"`
 	Keys  []string `json:"keys"`
+	Since string   `json:"since"`
+	Until string   `json:"until"`
 	All   bool     `json:"all"`
+}
+
+// selection is the ops.Selection r asks for, or an error naming the bad
+// time.
+func (r replayRequest) selection() (ops.Selection, error) {
+	sel := ops.Selection{IDs: r.IDs, Keys: r.Keys, All: r.All}
+	for _, f := range []struct {
+		name, v string
+		to      *time.Time
+	}{{"since", r.Since, &sel.Since}, {"until", r.Until, &sel.Until}} {
+		if f.v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, f.v)
+		if err != nil {
+			return sel, fmt.Errorf("console: %s %q: want an RFC 3339 time, such as 2026-12-01T08:00:00Z", f.name, f.v)
+		}
+		*f.to = t
+	}
+	if !sel.Since.IsZero() && !sel.Until.IsZero() && !sel.Since.Before(sel.Until) {
+		return sel, fmt.Errorf("console: since %s is not before until %s", r.Since, r.Until)
+	}
+	return sel, nil
 }
 
 func (s *Server) replay(ctx context.Context, body json.RawMessage) (any, int, error) {
@@ -319,10 +422,15 @@ func (s *Server) replay(ctx context.Context, body json.RawMessage) (any, int, er
 	if !ok {
 		return nil, http.StatusNotFound, errors.New("console: no such group")
 	}
-	if len(req.IDs) == 0 && len(req.Keys) == 0 && !req.All {
+	sel, err := req.selection()
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	if sel.Empty() && !sel.All {
 		return nil, http.StatusBadRequest, errors.New("console: nothing selected to replay")
 	}
-	res, err := s.cfg.DeadLetters.Replay(ctx, g, ops.Selection{IDs: req.IDs, Keys: req.Keys, All: req.All})
+	res, err := s.cfg.DeadLetters.Replay(ctx, g, sel)
+
 	if err != nil {
 		code := http.StatusBadGateway
 		if errors.Is(err, ops.ErrNotInDLQ) {

@@ -331,6 +331,12 @@ func TestBrowser(t *testing.T) {
 	if got := eval(`String(window.__pwned) + "," + document.querySelectorAll("script").length + "," + document.querySelectorAll("main img, main b").length`); got != "undefined,1,0" {
 		t.Errorf("the payload ran or became elements: pwned,scripts,elements = %s", got)
 	}
+	if got := text(`#measures dd.measure-throughput`); got != "Throughput: entries the group read and acked (XINFO GROUPS entries-read minus pending)" {
+		t.Errorf("throughput measure shown as %q", got)
+	}
+	if got := text(`#inbox-empty`); got != "No inbox: start the console with --inbox." {
+		t.Errorf("inbox section without --inbox: %q", got)
+	}
 	if got := text(parked + ` td.count`); got != "2" {
 		t.Errorf("parked count %q, want 2", got)
 	}
@@ -424,17 +430,52 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("parked keys after release: %+v, %v", keys, err)
 	}
 
-	// Select the two dead letters left and replay the selection.
+	// Tick one of the two dead letters left and replay the selection: the
+	// handler applies that one alone.
+	left := `#dlq tbody tr[data-id="poison-3"]`
 	do(
-		chromedp.Click(chromedp.CSS(`#dlq-all`)),
+		chromedp.Click(chromedp.CSS(`#dlq tbody tr[data-id="poison-2"] input[type=checkbox]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#dlq-replay-selected:enabled`)),
 		chromedp.Click(chromedp.CSS(`#dlq-replay-selected`)),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
 		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
-		chromedp.WaitNotPresent(chromedp.CSS(`#dlq tbody tr`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#dlq tbody tr[data-id="poison-2"]`)),
 	)
-	if got := text(`#dlq-result`); got != "Replayed 2 messages." {
+	if got := text(`#dlq-result`); got != "Replayed 1 message." {
 		t.Errorf("replay of the selection: %q", got)
 	}
-	s.waitAppliedThen(t, []string{"poison-1", "order-7-placed", "order-7-paid"}, []string{"poison-2", "poison-3"})
+	s.waitApplied(t, "poison-1", "order-7-placed", "order-7-paid", "poison-2")
+
+	// Replay by the time of the first failure: from 1ms after poison-3's,
+	// nothing; from poison-3's, poison-3.
+	first, err := time.Parse(time.RFC3339Nano, text(left+` td.first-failure`))
+	if err != nil {
+		t.Fatalf("first failure shown: %v", err)
+	}
+	replayFrom := func(since time.Time, listed string) string {
+		t.Helper()
+		do(
+			chromedp.SetValue(chromedp.CSS(`#dlq-since`), since.UTC().Format("2006-01-02T15:04:05.000Z")),
+			chromedp.Click(chromedp.CSS(`#dlq-replay-range`)),
+			chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
+		)
+		if got := text(`#confirm-text`); !strings.Contains(got, "("+listed+" of those listed)") {
+			t.Errorf("confirmation %q, want %s of those listed", got, listed)
+		}
+		eval(`document.getElementById("dlq-result").textContent = ""`)
+		do(chromedp.Click(chromedp.CSS(`#confirm-ok`)), chromedp.WaitNotVisible(chromedp.CSS(`#confirm-ok`)))
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`/^(Replayed|replay refused)/.test(document.getElementById("dlq-result").textContent)`)); err != nil {
+			t.Fatalf("no replay result: %v (%q)", err, text(`#dlq-result`))
+		}
+		return text(`#dlq-result`)
+	}
+	if got := replayFrom(first.Add(time.Millisecond), "0"); got != "Replayed 0 messages." {
+		t.Errorf("replay of a range after every first failure: %q", got)
+	}
+	do(chromedp.WaitVisible(chromedp.CSS(left)))
+	if got := replayFrom(first, "1"); got != "Replayed 1 message." {
+		t.Errorf("replay of the range from poison-3's first failure: %q", got)
+	}
+	do(chromedp.WaitNotPresent(chromedp.CSS(left)))
+	s.waitApplied(t, "poison-1", "order-7-placed", "order-7-paid", "poison-2", "poison-3")
 }

@@ -29,6 +29,9 @@ type Group struct {
 	Name string
 	Sub  transport.Subscription
 	DLQ  string // the DLQ of the group ([transport.DLQName])
+	// Measure says what the broker tells of the group's progress: what
+	// the lag and the throughput are, or why there is none.
+	Measure ops.Measure
 }
 
 // Sample is one reading of a group's progress.
@@ -36,8 +39,9 @@ type Sample struct {
 	// Lag is how far the group is behind, per partition, shard or queue.
 	Lag []transport.Lag
 	// Consumed is a count of the group's messages consumed so far that
-	// only grows (Redis entries-read, a Kafka committed offset sum), from
-	// which the console draws throughput; -1 if the broker tells none.
+	// only grows ([ops.Counter]: a Kafka committed offset sum, a JetStream
+	// ack floor, Redis entries read and acked), from which the console
+	// derives the throughput; -1 if the broker tells none.
 	Consumed int64
 }
 
@@ -81,6 +85,16 @@ type Lot interface {
 	Audits(ctx context.Context) ([]ops.DroppedKey, error)
 }
 
+// Inbox reads a dedupe inbox: what it holds per namespace, its stuck
+// claims, and whether a message ID was processed. Its methods may be
+// called concurrently.
+type Inbox interface {
+	// Summary counts the records per namespace and lists the stuck claims.
+	Summary(ctx context.Context) (ops.InboxSummary, error)
+	// Lookup returns what the inbox knows of message id in namespace.
+	Lookup(ctx context.Context, namespace, id string) (ops.InboxRecord, error)
+}
+
 // Config is what [New] serves.
 type Config struct {
 	// Listen is the address to listen on; default 127.0.0.1:8090.
@@ -97,11 +111,12 @@ type Config struct {
 	// DSNs) that never leave the server: every error text sent to the page
 	// has them replaced.
 	Secrets []string
-	// Monitor is required; DeadLetters and Lot may be nil (the page then
-	// says which flag would enable them).
+	// Monitor is required; DeadLetters, Lot and Inbox may be nil (the
+	// page then says which flag would enable them).
 	Monitor     Monitor
 	DeadLetters DeadLetters
 	Lot         Lot
+	Inbox       Inbox
 	// Interval is how often the lag is read for the charts; default 2s,
 	// between 200ms and 1m.
 	Interval time.Duration
@@ -123,7 +138,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	groups  []Group
-	series  map[string]*series
+	series  map[string]*ring
 	lastErr string
 }
 
@@ -174,7 +189,7 @@ func New(cfg Config) (*Server, error) {
 		loopback: isLoopbackHost(host),
 		csrf:     hex.EncodeToString(b),
 		log:      cfg.Logger,
-		series:   map[string]*series{},
+		series:   map[string]*ring{},
 	}
 	s.routes()
 	return s, nil

@@ -7,16 +7,23 @@
 // declared semantics of the transport in use.
 //
 // The server knows nothing of brokers: it calls the operations through
-// three small interfaces ([Monitor], [DeadLetters], [Lot]), which
+// small interfaces ([Monitor], [DeadLetters], [Lot], and [Inbox] from
+// [InboxOf]), the first three of which
 // [Operations] implements with the ferry command's operations layer
 // (package ops), so the page and the shell do the same thing: a replay is
 // ops.ReplayDLQ, a release is ops.RequestRelease (recorded in the lot and
 // carried out, in order, by the running consumers' middleware.Park), a
 // drop is ops.DropParked with its audit record.
 //
-// Throughput is drawn from a transport that counts what a group consumed
-// ([Consumer]: Redis Streams); elsewhere the page says the broker tells
-// none, and draws the lag alone.
+// The server reads each group every Config.Interval into a ring buffer of
+// Config.History. Throughput is the change between readings of a count
+// that only grows, from a transport that counts what a group consumed
+// ([ops.Counter]: memory, Kafka, JetStream, Redis Streams); the page shows
+// the messages consumed in the last minute and five, and says per group
+// what the broker's lag and throughput are and what it cannot tell
+// ([ops.Measures]: RabbitMQ, SQS and MQTT count nothing). With an [Inbox]
+// (ferry console --inbox) it shows a dedupe inbox's records per
+// namespace, its stuck claims, and whether a message ID was processed.
 //
 // # Security
 //

@@ -11,13 +11,6 @@ import (
 	"github.com/ferrymq/ferry/transport"
 )
 
-// Consumer is an optional interface of a transport that counts what a
-// group has consumed so far (redisstream's Consumed); the console draws
-// the throughput chart from it.
-type Consumer interface {
-	Consumed(ctx context.Context, sub transport.Subscription) (int64, error)
-}
-
 // Operations is the [Monitor], [DeadLetters] and [Lot] of the ferry
 // command's operations layer (package ops) on one transport and, if not
 // nil, one parking lot: the console does what `ferry lag`, `ferry dlq` and
@@ -56,7 +49,7 @@ func NewOperations(t transport.Transport, lot parking.Lot, subs []transport.Subs
 		if err != nil {
 			return nil, err
 		}
-		o.groups = append(o.groups, Group{Name: name, Sub: s, DLQ: d})
+		o.groups = append(o.groups, Group{Name: name, Sub: s, DLQ: d, Measure: ops.Measures(t)})
 	}
 	return o, nil
 }
@@ -65,7 +58,7 @@ func NewOperations(t transport.Transport, lot parking.Lot, subs []transport.Subs
 func (o *Operations) Groups(context.Context) ([]Group, error) { return o.groups, nil }
 
 // Lag reads g's lag ([ops.Lag]) and, where the transport counts it, what
-// g has consumed.
+// g has consumed ([ops.Consumed]).
 func (o *Operations) Lag(ctx context.Context, g Group) (Sample, error) {
 	rows, err := ops.Lag(ctx, o.t, g.Sub.Topic, g.Sub.Group)
 	if err != nil {
@@ -75,10 +68,12 @@ func (o *Operations) Lag(ctx context.Context, g Group) (Sample, error) {
 	for _, r := range rows {
 		smp.Lag = append(smp.Lag, transport.Lag{Partition: r.Partition, Messages: r.Messages, OldestAge: time.Duration(r.OldestAge)})
 	}
-	if c, ok := o.t.(Consumer); ok {
-		if n, err := c.Consumed(ctx, g.Sub); err == nil {
-			smp.Consumed = n
+	if g.Measure.Counts {
+		n, err := ops.Consumed(ctx, o.t, g.Sub.Topic, g.Sub.Group)
+		if err != nil {
+			return smp, err
 		}
+		smp.Consumed = n
 	}
 	return smp, nil
 }
@@ -155,4 +150,27 @@ func (o *Operations) Audits(ctx context.Context) ([]ops.DroppedKey, error) {
 		out = append(out, a...)
 	}
 	return out, nil
+}
+
+// Inbox windows: what counts as recently done, and as a stuck claim.
+const (
+	inboxRecent     = 5 * time.Minute
+	inboxStuckAfter = time.Minute
+	inboxStuckLimit = 100
+)
+
+// inboxOps is the [Inbox] of an [ops.Inbox].
+type inboxOps struct{ in *ops.Inbox }
+
+// InboxOf returns the console's view of in ([ops.SummarizeInbox],
+// [ops.LookupInbox]): keys done in the last five minutes, and claims in
+// progress for a minute or more, or abandoned.
+func InboxOf(in *ops.Inbox) Inbox { return inboxOps{in} }
+
+func (i inboxOps) Summary(ctx context.Context) (ops.InboxSummary, error) {
+	return ops.SummarizeInbox(ctx, i.in, inboxRecent, inboxStuckAfter, inboxStuckLimit)
+}
+
+func (i inboxOps) Lookup(ctx context.Context, namespace, id string) (ops.InboxRecord, error) {
+	return ops.LookupInbox(ctx, i.in, namespace, id)
 }

@@ -126,13 +126,9 @@ func OpenLot(ctx context.Context, dsn string) (*Lot, error) {
 	red := transport.RedactString(dsn)
 	switch u.Scheme {
 	case "postgres", "postgresql":
-		pool, err := pgxpool.New(ctx, u.String())
+		pool, err := openPool(ctx, "parking", u, dsn)
 		if err != nil {
-			return nil, fmt.Errorf("parking %s: %s", red, scrub(err, dsn))
-		}
-		if err := pool.Ping(ctx); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("parking %s: %s", red, scrub(err, dsn))
+			return nil, err
 		}
 		opts := []pgstore.LotOption{pgstore.WithLogger(quiet)}
 		if prefix != "" {
@@ -177,4 +173,20 @@ func SchemeOf(t transport.Transport) string {
 		}
 	}
 	return fmt.Sprintf("%T", t)
+}
+
+// openPool opens the PostgreSQL database u names (dsn, as given, with the
+// query keys of Ferry removed) and pings it, for the store what, which
+// names the errors.
+func openPool(ctx context.Context, what string, u *url.URL, dsn string) (*pgxpool.Pool, error) {
+	red := transport.RedactString(dsn)
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %s", what, red, scrub(err, dsn))
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%s %s: %s", what, red, scrub(err, dsn))
+	}
+	return pool, nil
 }

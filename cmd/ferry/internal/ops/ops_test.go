@@ -13,6 +13,7 @@ import (
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/memory"
+	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
 // deadLetters publishes n dead letters to inventory.dlq on a new memory
@@ -167,5 +168,33 @@ func TestReplayToAnotherTopic(t *testing.T) {
 	}
 	if left, _ := ops.ListDLQ(ctx, b, "inventory.dlq", 0); ids(left) != "evt-0" {
 		t.Errorf("left: %s", ids(left))
+	}
+}
+
+// TestMeasures: the page's words on what a broker tells follow the
+// transport: memory counts what it consumed, RabbitMQ tells only the
+// queue's depth.
+func TestMeasures(t *testing.T) {
+	ctx := context.Background()
+	b, err := memory.New(ctx, "memory://ops-measures")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(ctx)
+	if m := ops.Measures(b); !m.Counts || m.Transport != "memory" || !strings.Contains(m.Throughput, "settled") {
+		t.Errorf("memory: %+v", m)
+	}
+	transporttest.RequireBroker(t, "rabbitmq", "127.0.0.1:5672")
+	r, err := ops.Open(ctx, "amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	m := ops.Measures(r)
+	if m.Counts || m.Transport != "amqp" || !strings.HasPrefix(m.Throughput, "none: AMQP reports no count") || !strings.Contains(m.Lag, "ready") {
+		t.Errorf("rabbitmq: %+v", m)
+	}
+	if _, err := ops.Consumed(ctx, r, "orders", "g"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Consumed on RabbitMQ: %v, want ErrUnsupported", err)
 	}
 }

@@ -97,7 +97,7 @@ function confirmAction(text, opts) {
 
 const SVG = "http://www.w3.org/2000/svg";
 
-function chart(points, field, cls, label, field2, cls2) {
+function chart(points, field, cls, label, field2, cls2, countsRate) {
   const w = 180, h = 40, pad = 2;
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("class", "chart");
@@ -112,7 +112,7 @@ function chart(points, field, cls, label, field2, cls2) {
     const t = document.createElementNS(SVG, "text");
     t.setAttribute("x", 4);
     t.setAttribute("y", h / 2 + 3);
-    t.textContent = field === "rate" ? "no consumed count from this broker" : "no data yet";
+    t.textContent = field === "rate" && !countsRate ? "the broker counts no consumed messages" : "no data yet";
     svg.append(t);
     return svg;
   }
@@ -170,6 +170,15 @@ function lastRate(g) {
   return null;
 }
 
+// windowText is what g consumed in its i-th window (1 min, 5 min, all
+// held), or why there is no count.
+function windowText(g, i) {
+  const w = (g.windows || [])[i];
+  if (!g.measure.counts) return "not counted";
+  if (!w || w.messages === null || w.messages === undefined) return "–";
+  return String(w.messages);
+}
+
 function renderGroups() {
   const body = $("groups").tBodies[0];
   clear(body);
@@ -183,15 +192,27 @@ function renderGroups() {
       el("td", {}, g.name, g.error ? el("div", { class: "error", text: g.error }) : null),
       el("td", { text: g.topic }),
       el("td", { text: g.group }),
-      el("td", { class: "num lag", text: p ? fmtNum(p.lag) : "–" }),
+      el("td", { class: "num lag", text: p && typeof p.lag === "number" ? fmtNum(p.lag) : "–" }),
       el("td", { class: "num", text: p ? fmtNum(p.age, 1) : "–" }),
-      el("td", { class: "num", text: fmtNum(lastRate(g), 1) }),
+      el("td", { class: "num rate", text: g.measure.counts ? fmtNum(lastRate(g), 1) : "not counted" }),
+      el("td", { class: "num consumed-1m", text: windowText(g, 0) }),
+      el("td", { class: "num consumed-5m", text: windowText(g, 1) }),
       el("td", {}, chart(g.series, "lag", "lag", "messages behind (red) and age of the oldest in seconds (orange), last " +
         fmtAge(state.session.historySeconds), "age", "age")),
-      el("td", {}, chart(g.series, "rate", "rate", "messages consumed per second")),
+      el("td", {}, chart(g.series, "rate", "rate", "messages consumed per second: " + g.measure.throughput,
+        null, null, g.measure.counts)),
       el("td", {}, dlqBtn),
     );
     body.append(row);
+  }
+  // Per group, what its lag and throughput are on this broker, and what
+  // the broker cannot tell.
+  const dl = $("measures");
+  clear(dl);
+  for (const g of state.groups) {
+    dl.append(el("dt", { text: g.name }),
+      el("dd", { class: "measure-lag", "data-group": g.name, text: "Lag: " + (g.measure.lag || "–") }),
+      el("dd", { class: "measure-throughput", "data-group": g.name, text: "Throughput: " + (g.measure.throughput || "–") }));
   }
   const sel = $("dlq-select");
   const names = state.groups.map((g) => g.name);
@@ -294,6 +315,7 @@ function renderDLQ() {
       el("td", { class: "reason", text: l.reason }),
       el("td", { text: l.class }),
       el("td", { class: "num", text: String(l.attempts) }),
+      el("td", { class: "first-failure", text: l.firstFailure || "–" }),
       el("td", { class: "num", text: fmtAge(l.age) }),
       el("td", {},
         el("button", { type: "button", class: "replay", text: "Replay", onclick: () => replay({ ids: [l.id] }, "message " + l.id) }),
@@ -315,6 +337,36 @@ function updateSelected() {
   b.textContent = n ? "Replay selected (" + n + ")" : "Replay selected";
 }
 
+// rangeTime reads a time box: "" when empty, else the time as RFC 3339
+// (UTC), or an Error naming the box.
+function rangeTime(id, label) {
+  const v = $(id).value.trim();
+  if (!v) return "";
+  const t = new Date(v);
+  if (Number.isNaN(t.getTime())) throw new Error(label + " " + JSON.stringify(v) + " is not a time (try 2026-12-01T08:00:00Z)");
+  return t.toISOString();
+}
+
+// replayRange replays the dead letters that first failed in the range of
+// the two time boxes; the confirmation says how many of those listed lie
+// in it, and the result how many the server replayed.
+function replayRange() {
+  let since, until;
+  try {
+    since = rangeTime("dlq-since", "from");
+    until = rangeTime("dlq-until", "until");
+  } catch (e) {
+    dlqResult(e.message, true);
+    return;
+  }
+  if (!since && !until) { dlqResult("give a time range: from, until or both", true); return; }
+  const inRange = state.letters.filter((l) => l.firstFailure &&
+    (!since || Date.parse(l.firstFailure) >= Date.parse(since)) && (!until || Date.parse(l.firstFailure) < Date.parse(until)));
+  const what = "the dead letters that first failed " + (since ? "from " + since + " " : "") + (until ? "until " + until : "until now") +
+    " (" + inRange.length + " of those listed)";
+  replay({ since, until }, what);
+}
+
 function showDetail(l) {
   state.detailId = l.id;
   $("detail-id").textContent = l.id;
@@ -332,6 +384,7 @@ async function replay(sel, what) {
   const ok = await confirmAction("Replay " + what + " of " + state.dlqGroup +
     " to its original topic? Replay is at-least-once: a consumer that dedupes applies each message once.");
   if (!ok) { dlqResult("replay cancelled"); return; }
+  dlqResult("replaying…");
   try {
     const r = await postJSON("api/dlq/replay", Object.assign({ group: state.dlqGroup }, sel));
     dlqResult("Replayed " + r.replayed + " message" + (r.replayed === 1 ? "" : "s") + ".");
@@ -462,6 +515,79 @@ async function drop(k) {
   refreshParked();
 }
 
+// ---- dedupe inbox ----
+
+function inboxResult(id, msg, isError) {
+  const r = $(id);
+  r.textContent = msg;
+  r.className = "result" + (isError ? " error" : "");
+}
+
+async function refreshInbox() {
+  if (!state.session.inbox) {
+    $("inbox-empty").hidden = false;
+    $("inbox-empty").textContent = "No inbox: start the console with --inbox.";
+    $("inbox-body").hidden = true;
+    $("inbox-refresh").hidden = true;
+    return;
+  }
+  let d;
+  try {
+    d = await getJSON("api/inbox");
+  } catch (e) {
+    inboxResult("inbox-result", "inbox: " + e.message, true);
+    return;
+  }
+  const body = $("inbox").tBodies[0];
+  clear(body);
+  const names = $("inbox-namespaces");
+  clear(names);
+  for (const n of d.namespaces) {
+    body.append(el("tr", { "data-ns": n.namespace },
+      el("td", { text: n.namespace === "" ? "(default)" : n.namespace }),
+      el("td", { class: "num done", text: String(n.done) }),
+      el("td", { class: "num done-recent", text: String(n.done_recent) }),
+      el("td", { class: "num in-progress", text: String(n.in_progress) }),
+      el("td", { class: "num", text: n.in_progress ? fmtAge(n.oldest_in_progress) : "–" }),
+      el("td", { class: "num abandoned", text: String(n.abandoned) })));
+    names.append(el("option", { value: n.namespace }));
+  }
+  const stuck = $("inbox-stuck").tBodies[0];
+  clear(stuck);
+  for (const c of d.stuck) {
+    stuck.append(el("tr", { "data-id": c.id },
+      el("td", { text: c.namespace }), el("td", { text: c.id }), el("td", { text: c.claimed_at }),
+      el("td", { class: "num", text: fmtAge(c.age) }),
+      el("td", { text: c.lease_left < 0 ? "ended " + fmtAge(-c.lease_left) + " ago: abandoned" : fmtAge(c.lease_left) + " left" })));
+  }
+  $("inbox-empty").hidden = d.namespaces.length > 0;
+  $("inbox-empty").textContent = "The inbox holds no record.";
+}
+
+const inboxStates = {
+  "done": "processed: a duplicate is skipped",
+  "in-progress": "being processed now (claimed, lease running)",
+  "abandoned": "claimed, but its lease ended unsettled: it will be processed again",
+  "expired": "processed, but remembered no longer: a duplicate would be processed again",
+  "unknown": "no record: never processed, released after a failure, or cleaned up",
+};
+
+async function lookupInbox() {
+  const id = $("inbox-id").value.trim();
+  const ns = $("inbox-ns").value;
+  if (!id) { inboxResult("inbox-answer", "give a message ID", true); return; }
+  try {
+    const r = await getJSON("api/inbox/lookup?namespace=" + encodeURIComponent(ns) + "&id=" + encodeURIComponent(id));
+    let msg = r.id + ": " + r.state + " (" + inboxStates[r.state] + ")";
+    if (r.claimed_at) msg += ", claimed at " + r.claimed_at;
+    const answer = $("inbox-answer");
+    answer.setAttribute("data-state", r.state);
+    inboxResult("inbox-answer", msg);
+  } catch (e) {
+    inboxResult("inbox-answer", "look up: " + e.message, true);
+  }
+}
+
 // ---- start ----
 
 async function start() {
@@ -490,12 +616,18 @@ async function start() {
     if (ev.target.checked) for (const l of state.letters) state.selected.add(l.id);
     renderDLQ();
   });
+  $("dlq-replay-range").addEventListener("click", replayRange);
+  $("dlq-replay-range").disabled = !s.writable;
   $("dlq-replay-selected").addEventListener("click", () => {
     const ids = [...state.selected];
     if (ids.length) replay({ ids }, ids.length + " selected message(s)");
   });
+  $("inbox-refresh").addEventListener("click", refreshInbox);
+  $("inbox-lookup").addEventListener("click", lookupInbox);
   await refreshOverview();
   refreshParked();
+  refreshInbox();
+  setInterval(refreshInbox, 15000);
   setInterval(refreshOverview, Math.max(500, s.intervalMs));
   setInterval(() => { if (!$("confirm").open) { refreshDLQ(); refreshParked(); } }, 5000);
 }
