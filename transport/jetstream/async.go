@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -17,30 +18,45 @@ import (
 var _ transport.AsyncPublisher = (*Transport)(nil)
 
 // asyncPub is the transport's publish window, natively on nats.go's
-// PublishMsgAsync: a message takes a place in room, goes out with
-// PublishMsgAsync (which returns its PubAckFuture at once), and its future
-// joins queue, in the order sent. One goroutine (wait) reads queue in
-// that order, waits for each future, calls its done and frees its place.
-// Each future resolves on its own (a PubAck, an error, or nats.go's
-// publish-async timeout of [Timeout]), so waiting in order delays no
-// result beyond the first one still outstanding, whose deadline is the
-// earliest.
+// PublishMsgAsync: a message takes a place in room, is filed in inflight
+// under its *nats.Msg, and goes out with PublishMsgAsync. Its result comes
+// back through the JetStream context's async handlers (see handlers): a
+// PubAck calls done at once, on the connection's reply goroutine, with no
+// future, channel or goroutine hand-off per message; an error (a refusal,
+// nats.go's publish-async timeout of [Timeout], a lost connection) is
+// handed to a goroutine first, since nats.go calls that handler with its
+// own lock held for a timeout. Every message sent has exactly one of the
+// two, so every done is called: a message whose PubAck never comes times
+// out.
 type asyncPub struct {
-	room  chan struct{} // one token per message accepted and not yet done
-	queue chan pending  // futures in the order sent; capacity = the window
+	room chan struct{} // one token per message accepted and not yet done
 
-	mu        sync.Mutex // serializes sends, so queue has the order of the wire
-	accepted  uint64     // messages sent (under mu)
-	completed uint64     // messages whose done returned (under mu)
-	flushers  []flusher  // Flush calls waiting (under mu)
-	started   bool       // wait is running (under mu)
+	mu       sync.Mutex // serializes sends, so the wire has the order accepted
+	accepted uint64     // messages sent (under mu)
+
+	fmu      sync.Mutex // guards inflight; never held while calling nats.go
+	inflight map[*nats.Msg]pending
+
+	completed atomic.Uint64 // messages whose done returned
+	waiting   atomic.Int32  // Flush calls waiting: completions look at flushers
+	flmu      sync.Mutex
+	flushers  []flusher // Flush calls waiting (under flmu)
+
+	emu     sync.Mutex
+	errs    []failure // failed messages for failing to settle (under emu)
+	failing bool      // the failing goroutine runs (under emu)
 }
 
 // pending is a message sent and not yet acknowledged.
 type pending struct {
-	f     njs.PubAckFuture
 	topic string
 	done  func(error)
+}
+
+// failure is a message nats.go reported failed, waiting for its done.
+type failure struct {
+	p   pending
+	err error
 }
 
 // flusher is a Flush waiting until completed reaches target.
@@ -51,8 +67,99 @@ type flusher struct {
 
 func newAsyncPub(window int) *asyncPub {
 	return &asyncPub{
-		room:  make(chan struct{}, window),
-		queue: make(chan pending, window),
+		room:     make(chan struct{}, window),
+		inflight: make(map[*nats.Msg]pending, min(window, 4096)),
+	}
+}
+
+// handlers are the JetStream context's async publish handlers, which
+// settle PublishAsync's messages. A message not in inflight (published
+// with PublishMsgAsync on [Transport.JetStream]) is left alone.
+func (t *Transport) handlers() []njs.JetStreamOpt {
+	return []njs.JetStreamOpt{
+		njs.WithPublishAsyncAckHandler(func(_ njs.JetStream, m *nats.Msg, _ *njs.PubAck) {
+			if p, ok := t.async.take(m); ok {
+				t.settle(p, nil) // a PubAck, or one that reports a duplicate
+			}
+		}),
+		// Called with nats.go's publisher lock held when the PubAck timed
+		// out: done, which may publish again, runs on another goroutine.
+		njs.WithPublishAsyncErrHandler(func(_ njs.JetStream, m *nats.Msg, err error) {
+			if p, ok := t.async.take(m); ok {
+				t.fail(p, err)
+			}
+		}),
+	}
+}
+
+// take removes m from inflight and returns its pending entry.
+func (a *asyncPub) take(m *nats.Msg) (pending, bool) {
+	a.fmu.Lock()
+	p, ok := a.inflight[m]
+	if ok {
+		delete(a.inflight, m)
+	}
+	a.fmu.Unlock()
+	return p, ok
+}
+
+// settle calls p's done with its result (nil, or a publish error already
+// classified), frees its place and counts it completed.
+func (t *Transport) settle(p pending, err error) {
+	a := t.async
+	p.done(err)
+	<-a.room
+	n := a.completed.Add(1)
+	if a.waiting.Load() == 0 {
+		return
+	}
+	a.flmu.Lock()
+	kept := a.flushers[:0]
+	for _, fl := range a.flushers {
+		if n >= fl.target {
+			close(fl.ch)
+			a.waiting.Add(-1)
+		} else {
+			kept = append(kept, fl)
+		}
+	}
+	clear(a.flushers[len(kept):])
+	a.flushers = kept
+	a.flmu.Unlock()
+}
+
+// fail queues p's error for the failing goroutine, starting it if needed.
+func (t *Transport) fail(p pending, err error) {
+	a := t.async
+	a.emu.Lock()
+	a.errs = append(a.errs, failure{p, err})
+	start := !a.failing
+	a.failing = true
+	a.emu.Unlock()
+	if start {
+		go t.failing()
+	}
+}
+
+// failing settles the queued failures, then ends.
+func (t *Transport) failing() {
+	a := t.async
+	for {
+		a.emu.Lock()
+		errs := a.errs
+		a.errs = nil
+		if len(errs) == 0 {
+			a.failing = false
+			a.emu.Unlock()
+			return
+		}
+		a.emu.Unlock()
+		for _, f := range errs {
+			if errors.Is(f.err, njs.ErrNoStreamResponse) {
+				t.known.Delete(f.p.topic) // its stream is gone: look again next time
+			}
+			t.settle(f.p, t.publishError(context.Background(), f.p.topic, f.err))
+		}
 	}
 }
 
@@ -113,8 +220,8 @@ func (t *Transport) ensureStream(ctx context.Context, topic string) error {
 	return nil
 }
 
-// send takes a place in the window for msg, sends it and queues its
-// future.
+// send takes a place in the window for msg, files it in inflight and
+// sends it.
 func (t *Transport) send(ctx context.Context, msg *nats.Msg, topic string, done func(error)) error {
 	a := t.async
 	select {
@@ -132,56 +239,24 @@ func (t *Transport) send(ctx context.Context, msg *nats.Msg, topic string, done 
 		<-a.room
 		return fmt.Errorf("jetstream: publish %s: %w", topic, transport.ErrClosed)
 	}
-	if !a.started {
-		a.started = true
-		go t.wait()
-	}
-	f, err := t.js.PublishMsgAsync(msg, njs.WithRetryAttempts(0), njs.WithStallWait(t.cfg.timeout))
+	// Filed before the send: its PubAck may come before PublishMsgAsync
+	// returns.
+	a.fmu.Lock()
+	a.inflight[msg] = pending{topic: topic, done: done}
+	a.fmu.Unlock()
+	a.accepted++
+	_, err := t.js.PublishMsgAsync(msg, t.asyncOpts...)
 	if err != nil {
+		a.accepted--
 		a.mu.Unlock()
+		a.take(msg) // not sent, so no handler has it
 		<-a.room
 		// Not sent: the connection is down, or nats.go's own window is
 		// full with other publishes (JetStream() used directly).
 		return t.errf("publish %s: not sent: %w", topic, err)
 	}
-	a.accepted++
-	a.queue <- pending{f: f, topic: topic, done: done}
 	a.mu.Unlock()
 	return nil
-}
-
-// wait gives each sent message its result, in the order sent, until
-// Close closed queue and every message sent has its result (a future
-// always resolves: nats.go times it out after [Timeout]).
-func (t *Transport) wait() {
-	a := t.async
-	for p := range a.queue {
-		var err error
-		select {
-		case <-p.f.Ok():
-		case ferr := <-p.f.Err():
-			err = t.publishError(context.Background(), p.topic, ferr)
-			if errors.Is(ferr, njs.ErrNoStreamResponse) {
-				t.known.Delete(p.topic) // its stream is gone: look again next time
-			}
-		}
-		p.done(err)
-		<-a.room
-		a.mu.Lock()
-		a.completed++
-		if len(a.flushers) > 0 {
-			kept := a.flushers[:0]
-			for _, fl := range a.flushers {
-				if a.completed >= fl.target {
-					close(fl.ch)
-				} else {
-					kept = append(kept, fl)
-				}
-			}
-			a.flushers = kept
-		}
-		a.mu.Unlock()
-	}
 }
 
 // Flush waits until every message PublishAsync accepted before the call
@@ -190,13 +265,20 @@ func (t *Transport) wait() {
 func (t *Transport) Flush(ctx context.Context) error {
 	a := t.async
 	a.mu.Lock()
-	if a.completed >= a.accepted {
-		a.mu.Unlock()
+	target := a.accepted
+	a.mu.Unlock()
+	a.flmu.Lock()
+	// waiting is raised before completed is read: a completion either
+	// sees it and looks at flushers, or is counted in the read below.
+	a.waiting.Add(1)
+	if a.completed.Load() >= target {
+		a.waiting.Add(-1)
+		a.flmu.Unlock()
 		return nil
 	}
-	fl := flusher{target: a.accepted, ch: make(chan struct{})}
+	fl := flusher{target: target, ch: make(chan struct{})}
 	a.flushers = append(a.flushers, fl)
-	a.mu.Unlock()
+	a.flmu.Unlock()
 	select {
 	case <-fl.ch:
 		return nil
@@ -210,7 +292,7 @@ func (t *Transport) asyncPending() uint64 {
 	a := t.async
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.accepted - a.completed
+	return a.accepted - a.completed.Load()
 }
 
 // PublishBatch sends msgs through [Transport.PublishAsync]'s window, in
@@ -238,13 +320,4 @@ func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) e
 		}
 	}
 	return err
-}
-
-// closeAsync stops PublishAsync (t.closed is set: a send after this
-// barrier sees it) and lets wait end once every result is given.
-func (t *Transport) closeAsync() {
-	a := t.async
-	a.mu.Lock()
-	close(a.queue)
-	a.mu.Unlock()
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
 )
@@ -181,5 +183,55 @@ func TestPublishBatchRefusesOne(t *testing.T) {
 	}
 	if n := storedMsgs(t, sharedURL, topic); n != 2 {
 		t.Errorf("stream holds %d; want 2", n)
+	}
+}
+
+// TestPublishAsyncBesideJetStream: asynchronous publishes made directly on
+// Transport.JetStream() share the JetStream context whose handlers settle
+// PublishAsync's messages. Their futures still resolve, they never reach a
+// PublishAsync callback, and Flush counts only PublishAsync's messages.
+func TestPublishAsyncBesideJetStream(t *testing.T) {
+	requireShared(t)
+	ctx := context.Background()
+	topic := uniq(t, "beside")
+	cleanupStream(t, sharedURL, topic)
+	tr := open(t, sharedURL)
+	if err := tr.Publish(ctx, &handler.Message{ID: "warm", Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	var calls atomic.Int32
+	for i := range n {
+		f, err := tr.JetStream().PublishMsgAsync(&nats.Msg{Subject: topic, Data: []byte("raw"), Header: nats.Header{"Nats-Msg-Id": {fmt.Sprintf("raw-%d", i)}}})
+		if err != nil {
+			t.Fatalf("raw PublishMsgAsync %d: %v", i, err)
+		}
+		m := &handler.Message{ID: fmt.Sprintf("f-%d", i), Topic: topic}
+		if err := tr.PublishAsync(ctx, m, func(err error) {
+			if err != nil {
+				t.Errorf("PublishAsync %d: %v", i, err)
+			}
+			calls.Add(1)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatalf("raw publish %d: %v", i, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("raw publish %d: no PubAck", i)
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := tr.Flush(fctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if c := calls.Load(); c != n {
+		t.Errorf("%d PublishAsync callbacks after Flush; want %d", c, n)
+	}
+	if got := storedMsgs(t, sharedURL, topic); got != 2*n+1 {
+		t.Errorf("stream holds %d; want %d", got, 2*n+1)
 	}
 }

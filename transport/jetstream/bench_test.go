@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -274,8 +275,8 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		}
 		return name
 	}
-	raw := func(topic string, n int) time.Duration {
-		start := time.Now()
+	raw := func(topic string, n int) (wall, cpu time.Duration) {
+		start := now()
 		for i := range n {
 			m := nats.NewMsg(topic)
 			m.Data = payload
@@ -286,17 +287,17 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 			}
 		}
 		<-js.PublishAsyncComplete()
-		return time.Since(start)
+		return start.elapsed()
 	}
-	ferryBatch := func(topic string, n int) time.Duration {
+	ferryBatch := func(topic string, n int) (wall, cpu time.Duration) {
 		all := msgs(topic, n)
-		start := time.Now()
+		start := now()
 		if err := tr.PublishBatch(ctx, all); err != nil {
 			b.Fatal(err)
 		}
-		return time.Since(start)
+		return start.elapsed()
 	}
-	ferryAsync := func(topic string, n int) time.Duration {
+	ferryAsync := func(topic string, n int) (wall, cpu time.Duration) {
 		all := msgs(topic, n)
 		var failed atomic.Int64
 		done := func(err error) {
@@ -304,7 +305,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 				failed.Add(1)
 			}
 		}
-		start := time.Now()
+		start := now()
 		for _, m := range all {
 			if err := tr.PublishAsync(ctx, m, done); err != nil {
 				b.Fatal(err)
@@ -313,11 +314,11 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		if err := tr.Flush(ctx); err != nil {
 			b.Fatal(err)
 		}
-		elapsed := time.Since(start)
+		wall, cpu = start.elapsed()
 		if failed.Load() > 0 {
 			b.Fatalf("%d asynchronous publishes failed", failed.Load())
 		}
-		return elapsed
+		return wall, cpu
 	}
 	rawSync := func(topic string, n int) time.Duration {
 		start := time.Now()
@@ -354,6 +355,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 	}
 	b.SetBytes(benchSize)
 	var raws, fers, asyncs, rawSyncs, ferSyncs, wmSyncs []float64
+	cpus := cpuPerMsg{}
 	b.ResetTimer()
 	for r := range benchRounds {
 		b.StopTimer()
@@ -363,12 +365,12 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		}
 		b.StartTimer()
 		runs := []func(){
-			func() { raws = append(raws, float64(n)/raw(names[0], n).Seconds()) },
-			func() { fers = append(fers, float64(n)/ferryBatch(names[1], n).Seconds()) },
+			func() { raws = append(raws, cpus.add("raw", n)(raw(names[0], n))) },
+			func() { fers = append(fers, cpus.add("ferry-batch", n)(ferryBatch(names[1], n))) },
 			func() { rawSyncs = append(rawSyncs, float64(nSync)/rawSync(names[2], nSync).Seconds()) },
 			func() { ferSyncs = append(ferSyncs, float64(nSync)/ferrySync(names[3], nSync).Seconds()) },
 			func() { wmSyncs = append(wmSyncs, float64(nSync)/wmSync(names[4], nSync).Seconds()) },
-			func() { asyncs = append(asyncs, float64(n)/ferryAsync(names[5], n).Seconds()) },
+			func() { asyncs = append(asyncs, cpus.add("ferry-async", n)(ferryAsync(names[5], n))) },
 		}
 		for i := range runs {
 			runs[(i+r)%len(runs)]()
@@ -376,6 +378,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 	}
 	b.StopTimer()
 	report(b, "publish-async", n, raws, map[string][]float64{"ferry-batch": fers, "ferry-async": asyncs})
+	cpus.report(b, "publish-async")
 	report(b, "publish-sync", nSync, rawSyncs, map[string][]float64{"ferry": ferSyncs, "watermill": wmSyncs})
 }
 
@@ -400,6 +403,45 @@ func report(b *testing.B, what string, n int, raws []float64, others map[string]
 		line += fmt.Sprintf("; %s %v msg/s, ratios %.2f (median %.2f)", name, rounded(xs), ratios, median(ratios))
 	}
 	b.Log(line)
+}
+
+// stamp is a point in wall and CPU time.
+type stamp struct {
+	wall time.Time
+	cpu  time.Duration
+}
+
+func now() stamp { return stamp{time.Now(), cpuTime()} }
+
+// elapsed is the wall and CPU time since s.
+func (s stamp) elapsed() (wall, cpu time.Duration) { return time.Since(s.wall), cpuTime() - s.cpu }
+
+// cpuTime is the CPU time, user and system, this process (the client; the
+// server is another process) has used: a figure the machine's load
+// disturbs far less than a rate.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuPerMsg collects each contender's CPU µs per message, by round.
+type cpuPerMsg map[string][]float64
+
+// add returns a function that records the CPU time of a run of n
+// messages and returns its rate.
+func (c cpuPerMsg) add(name string, n int) func(wall, cpu time.Duration) float64 {
+	return func(wall, cpu time.Duration) float64 {
+		c[name] = append(c[name], float64(cpu.Microseconds())/float64(n))
+		return float64(n) / wall.Seconds()
+	}
+}
+
+// report reports each contender's median CPU µs per message.
+func (c cpuPerMsg) report(b *testing.B, what string) {
+	for name, xs := range c {
+		b.ReportMetric(median(xs), what+"-"+name+"-cpu-µs/msg")
+	}
 }
 
 func median(xs []float64) float64 {

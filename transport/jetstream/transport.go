@@ -42,7 +42,8 @@ type Transport struct {
 	streams map[*stream]struct{}
 	known   sync.Map // topic -> struct{}: a stream captures it
 
-	async *asyncPub // PublishAsync's window
+	async     *asyncPub        // PublishAsync's window
+	asyncOpts []njs.PublishOpt // PublishAsync's options, made once
 
 	leaseMu  sync.Mutex
 	leaseBkt njs.KeyValue // the lease bucket, made on first exclusive Subscribe
@@ -92,12 +93,13 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Transport, error)
 		return nil, t.connectError(err)
 	}
 	t.nc = nc
-	t.js, err = njs.New(nc,
+	t.asyncOpts = []njs.PublishOpt{njs.WithRetryAttempts(0), njs.WithStallWait(cfg.timeout)}
+	t.js, err = njs.New(nc, append(t.handlers(),
 		njs.WithDefaultTimeout(cfg.timeout),
 		njs.WithPublishAsyncTimeout(cfg.timeout),
 		// nats.go's own window is wider than PublishAsync's, so that it
 		// never stalls Ferry's publishes; it bounds JetStream()'s users.
-		njs.WithPublishAsyncMaxPending(max(cfg.publishWindow, DefaultPublishWindow)))
+		njs.WithPublishAsyncMaxPending(max(cfg.publishWindow, DefaultPublishWindow)))...)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream: %s: %w", cfg.addr, err)
@@ -260,7 +262,8 @@ func (t *Transport) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	t.closeAsync()
+	// Flush reads the count of messages sent under the lock sends hold:
+	// a send it does not count saw t.closed and sent nothing.
 	if err := t.Flush(ctx); err != nil {
 		errs = append(errs, t.errf("close: PubAcks of asynchronous publishes still pending: %w", ctx.Err()))
 	}

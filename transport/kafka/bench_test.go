@@ -148,8 +148,10 @@ func compare(b *testing.B, variants map[string]variant) {
 		slices.Reverse(names)
 	}
 	b.StopTimer()
-	for name, r := range rates {
+	for _, name := range names {
+		r := rates[name]
 		b.ReportMetric(median(r), name+"-msg/s")
+		b.Logf("%s msg/s by round: %.0f", name, r)
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(n*rounds), "ns/op") // Ferry's time per message
 	for _, mine := range []string{"ferry", "stream"} {
