@@ -24,6 +24,12 @@ const (
 	// hands back a message whose key is in progress elsewhere, so that a
 	// lease about to end does not make the message loop hot.
 	MinInProgressDelay = 10 * time.Millisecond
+
+	// InProgressHold is how long [Dedupe] waits in process, at most, for a
+	// key in progress elsewhere before it hands the message back: while
+	// the holder's lease ends within it, Dedupe waits for that end and
+	// claims again, so that the broker counts no delivery for the wait.
+	InProgressHold = 5 * time.Second
 )
 
 // layerDedupe marks Dedupe in the chain's scope (see order.go). It sits
@@ -229,10 +235,13 @@ func messageID(m *handler.Message) string { return m.ID }
 //     fails once is dropped as a duplicate when it comes back.)
 //   - Done: it returns nil without calling the handler (the Router acks)
 //     and reports the duplicate to [OnDuplicate].
-//   - In progress (another consumer holds the key): it returns an error
-//     wrapping [ErrInProgress] with a [handler.RetryAfter] delay until the
-//     holder's lease ends (see [MaxInProgressDelay]): the Router Nacks, and
-//     the message comes back to be skipped or, if the holder died, handled.
+//   - In progress (another consumer holds the key): while the holder's
+//     lease ends within [InProgressHold] of the first claim, it waits for
+//     that end (see [MaxInProgressDelay]) and claims again, so that a key
+//     held for a moment costs no broker delivery. Past that, it returns an
+//     error wrapping [ErrInProgress] with a [handler.RetryAfter] delay
+//     until the holder's lease ends: the Router Nacks, and the message
+//     comes back to be skipped or, if the holder died, handled.
 //
 // A message with an empty key is refused with a permanent error wrapping
 // [ErrEmptyKey] unless [AllowEmptyKey]. If the store cannot claim, Dedupe
@@ -280,7 +289,9 @@ func messageID(m *handler.Message) string { return m.ID }
 // them per key in this process and, when it finally claims the key, lowers
 // Attempt by that many for the middleware inside it, so that [Retry] does
 // not take them for spent attempts. Hand-backs by another process, or
-// before a restart, are not known here and still count.
+// before a restart, are not known here and still count: hence the wait in
+// process for a key in progress ([InProgressHold]), which hands nothing
+// back.
 //
 // The store's lease must outlast a delivery's handling, retries in
 // process included (Retry's MaxElapsed plus the attempts' timeouts), and
@@ -367,17 +378,33 @@ func (h *dedupeHandler) Handle(ctx context.Context, m *handler.Message) error {
 	var tx idempotency.InboxTx
 	var claim idempotency.Claim
 	var err error
-	if h.txs != nil {
-		tx, claim, err = h.txs.Begin(ctx, key)
-	} else {
-		claim, err = h.store.Claim(ctx, key)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return err
+	for start := time.Now(); ; {
+		if h.txs != nil {
+			tx, claim, err = h.txs.Begin(ctx, key)
+		} else {
+			claim, err = h.store.Claim(ctx, key)
 		}
-		h.handBack(key)
-		return handler.RetryAfter(&DedupeStoreError{Op: "claim", Key: key, Err: err}, h.cfg.failureDelay)
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			h.handBack(key)
+			return handler.RetryAfter(&DedupeStoreError{Op: "claim", Key: key, Err: err}, h.cfg.failureDelay)
+		}
+		if claim.State != idempotency.InProgress {
+			break
+		}
+		// Wait here for a lease that ends soon: a hand-back would cost a
+		// broker delivery, which Retry counts as a spent attempt in
+		// whichever process gets the message next.
+		d := h.inProgressDelay(claim)
+		if time.Since(start)+d > InProgressHold {
+			break
+		}
+		h.reportInProgress(ctx, m, claim)
+		if !sleep(ctx, d) {
+			return ctx.Err()
+		}
 	}
 
 	switch claim.State {
@@ -390,15 +417,8 @@ func (h *dedupeHandler) Handle(ctx context.Context, m *handler.Message) error {
 		return nil
 	case idempotency.InProgress:
 		h.handBack(key)
-		telemetry.Event(ctx, "dedupe_in_progress", attribute.String("ferry.dedupe.until", claim.Until.UTC().Format(time.RFC3339Nano)))
-		if h.cfg.onInProgress != nil {
-			h.cfg.onInProgress(m, claim.Until)
-		}
-		d := max(time.Until(claim.Until), MinInProgressDelay)
-		if h.cfg.maxWait > 0 {
-			d = min(d, h.cfg.maxWait)
-		}
-		return handler.RetryAfter(&InProgressError{Key: key, Until: claim.Until}, d)
+		h.reportInProgress(ctx, m, claim)
+		return handler.RetryAfter(&InProgressError{Key: key, Until: claim.Until}, h.inProgressDelay(claim))
 	case idempotency.New:
 		if n := h.settle(key); n > 0 {
 			// The broker counted the handed-back deliveries; Retry inside
@@ -442,6 +462,26 @@ func (h *dedupeHandler) Handle(ctx context.Context, m *handler.Message) error {
 		h.finishError(m, err)
 	}
 	return nil
+}
+
+// inProgressDelay is how long to wait for a key claim says is in progress
+// elsewhere: until the holder's lease ends, at least MinInProgressDelay,
+// at most MaxInProgressDelay.
+func (h *dedupeHandler) inProgressDelay(claim idempotency.Claim) time.Duration {
+	d := max(time.Until(claim.Until), MinInProgressDelay)
+	if h.cfg.maxWait > 0 {
+		d = min(d, h.cfg.maxWait)
+	}
+	return d
+}
+
+// reportInProgress tells the span and OnInProgress that m's key is in
+// progress elsewhere.
+func (h *dedupeHandler) reportInProgress(ctx context.Context, m *handler.Message, claim idempotency.Claim) {
+	telemetry.Event(ctx, "dedupe_in_progress", attribute.String("ferry.dedupe.until", claim.Until.UTC().Format(time.RFC3339Nano)))
+	if h.cfg.onInProgress != nil {
+		h.cfg.onInProgress(m, claim.Until)
+	}
 }
 
 func (h *dedupeHandler) finishError(m *handler.Message, err error) {

@@ -3,16 +3,10 @@ package chaos_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +14,6 @@ import (
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	amqp "github.com/rabbitmq/amqp091-go"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ferrymq/ferry/internal/fauxqs"
 	"github.com/ferrymq/ferry/internal/mosquitto"
@@ -84,30 +77,6 @@ func withTransport(rawURL string, fn func(ctx context.Context, tr transport.Tran
 	return fn(ctx, tr)
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func requireBin(t *testing.T, names ...string) string {
-	t.Helper()
-	for _, n := range names {
-		if p, err := exec.LookPath(n); err == nil {
-			return p
-		}
-	}
-	if os.Getenv(transporttest.RequireBrokersEnv) == "1" {
-		t.Fatalf("%s not installed (%s=1)", names[0], transporttest.RequireBrokersEnv)
-	}
-	t.Skipf("%s not installed; set %s=1 to fail instead", names[0], transporttest.RequireBrokersEnv)
-	return ""
-}
-
 // Redis Streams: shards=4 (per-key order, members share the streams),
 // with leases and claim times short enough for a test.
 const redisQuery = "shards=4&block=200ms&claim_idle=2s&claim_interval=200ms&lease=1s"
@@ -130,62 +99,13 @@ func redisShared(t *testing.T) *broker {
 	}}
 }
 
-// privateRedis is a redis-server of the test's own: append-only, fsync on
-// every write, so that SIGKILL loses nothing it confirmed.
-type privateRedis struct {
-	mu   sync.Mutex
-	bin  string
-	dir  string
-	port int
-	cmd  *exec.Cmd
-}
-
+// redisPrivate is a redis-server of the run's own (append-only, fsync on
+// every write, so that SIGKILL loses nothing it confirmed); its restart is
+// a SIGKILL and a start on the same data.
 func redisPrivate(t *testing.T) *broker {
 	t.Helper()
-	p := &privateRedis{bin: requireBin(t, "redis-server"), dir: t.TempDir(), port: freePort(t)}
-	p.start(t)
-	t.Cleanup(p.kill)
-	return &broker{name: "redis", url: fmt.Sprintf("redis://127.0.0.1:%d/0?%s", p.port, redisQuery),
-		restart: func(t *testing.T) { p.kill(); p.start(t) }}
-}
-
-func (p *privateRedis) start(t *testing.T) {
-	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	cmd := exec.Command(p.bin, "--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
-		"--dir", p.dir, "--appendonly", "yes", "--appendfsync", "always",
-		"--save", "", "--daemonize", "no", "--logfile", filepath.Join(p.dir, "redis.log"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	p.cmd = cmd
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:" + strconv.Itoa(p.port), MaxRetries: -1})
-		err := c.Ping(context.Background()).Err()
-		_ = c.Close()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(p.dir, "redis.log"))
-			t.Fatalf("private redis-server not ready: %v\n%s", err, log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// kill stops the server with SIGKILL, as a crash would.
-func (p *privateRedis) kill() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-		p.cmd = nil
-	}
+	p := testbrokers.StartRedis(t)
+	return &broker{name: "redis", url: p.URL() + "?" + redisQuery, restart: func(t *testing.T) { p.Restart(t) }}
 }
 
 // Kafka: kfake in the test process (in memory: a restart would lose every
@@ -268,67 +188,12 @@ func natsShared(t *testing.T) *broker {
 	}}
 }
 
-// privateNATS is a nats-server -js of the test's own, with its store in a
-// temporary folder.
-type privateNATS struct {
-	mu   sync.Mutex
-	bin  string
-	dir  string
-	port int
-	cmd  *exec.Cmd
-}
-
+// natsPrivate is a nats-server -js of the run's own, its store in a
+// temporary folder; its restart is a clean stop (SIGTERM) and a start.
 func natsPrivate(t *testing.T) *broker {
 	t.Helper()
-	p := &privateNATS{bin: requireBin(t, "nats-server", "/usr/sbin/nats-server", "/usr/bin/nats-server"), dir: t.TempDir(), port: freePort(t)}
-	p.start(t)
-	t.Cleanup(p.stop)
-	return &broker{name: "nats", url: fmt.Sprintf("nats://127.0.0.1:%d?%s", p.port, natsQuery),
-		restart: func(t *testing.T) { p.stop(); p.start(t) }}
-}
-
-func (p *privateNATS) start(t *testing.T) {
-	t.Helper()
-	cmd := exec.Command(p.bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(p.port), "-sd", filepath.Join(p.dir, "js"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start nats-server: %v", err)
-	}
-	p.mu.Lock()
-	p.cmd = cmd
-	p.mu.Unlock()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(p.port), 200*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
-			time.Sleep(200 * time.Millisecond) // JetStream may need a moment after the port opens
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("private nats-server not listening within 15s")
-}
-
-// stop ends the server cleanly (SIGTERM: JetStream flushes its store),
-// then SIGKILL after 10s.
-func (p *privateNATS) stop() {
-	p.mu.Lock()
-	cmd := p.cmd
-	p.cmd = nil
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
+	p := testbrokers.StartNATS(t, "")
+	return &broker{name: "nats", url: p.URL() + "?" + natsQuery, restart: func(t *testing.T) { p.Restart(t) }}
 }
 
 // SQS and SNS: fauxqs (in memory: a restart would lose every queue, so
@@ -386,117 +251,10 @@ func sep(u string) string {
 	return "?"
 }
 
-// rabbitServer is RabbitMQ's start script, run directly (not Debian's
-// wrapper, which switches to the rabbitmq user and the shared node's data).
-const rabbitServer = "/usr/lib/rabbitmq/bin/rabbitmq-server"
-
-// privateRabbit is a RabbitMQ node of the test's own: its own node name,
-// ports, data and logs, so that restarting it never touches the shared
-// node. It takes tens of seconds to start here, so only the full run
-// uses it.
-type privateRabbit struct {
-	dir  string
-	port int
-	env  []string
-	cmd  *exec.Cmd
-	exit chan struct{}
-}
-
+// rabbitPrivate is a RabbitMQ node of the run's own. It takes tens of
+// seconds to start here, so only the full run uses it.
 func rabbitPrivate(t *testing.T) *broker {
 	t.Helper()
-	if _, err := os.Stat(rabbitServer); err != nil {
-		if os.Getenv(transporttest.RequireBrokersEnv) == "1" {
-			t.Fatalf("cannot start a private RabbitMQ node: %v (%s=1)", err, transporttest.RequireBrokersEnv)
-		}
-		t.Skipf("cannot start a private RabbitMQ node: %v", err)
-	}
-	dir, err := os.MkdirTemp("", "ferry-chaos-rabbit-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	n := &privateRabbit{dir: dir, port: freePort(t)}
-	dist := freePort(t)
-	files := map[string]string{
-		"rabbitmq.conf":     fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\n", n.port),
-		"enabled_plugins":   "[].\n",
-		"rabbitmq-env.conf": "",
-	}
-	for name, text := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n.env = append(os.Environ(),
-		"HOME="+dir,
-		fmt.Sprintf("RABBITMQ_NODENAME=ferrychaos%d@localhost", n.port),
-		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
-		"RABBITMQ_NODE_PORT="+strconv.Itoa(n.port),
-		"RABBITMQ_DIST_PORT="+strconv.Itoa(dist),
-		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
-		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
-		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbitmq.conf"),
-		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(dir, "advanced.config"),
-		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
-		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(dir, "rabbitmq-env.conf"),
-		"RABBITMQ_PID_FILE="+filepath.Join(dir, "pid"),
-		"ERL_EPMD_ADDRESS=127.0.0.1",
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
-	)
-	n.start(t)
-	t.Cleanup(n.stop)
-	return &broker{name: "rabbitmq", url: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/?shards=4", n.port),
-		restart: func(t *testing.T) { n.stop(); n.start(t) }}
-}
-
-func (n *privateRabbit) start(t *testing.T) {
-	t.Helper()
-	log, err := os.OpenFile(filepath.Join(n.dir, "server.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(rabbitServer)
-	cmd.Env, cmd.Dir = n.env, n.dir
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start private RabbitMQ node: %v", err)
-	}
-	n.cmd, n.exit = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); _ = log.Close(); close(n.exit) }()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		c, err := amqp.DialConfig(fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.port), amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
-		if err == nil {
-			_ = c.Close()
-			return
-		}
-		select {
-		case <-n.exit:
-			out, _ := os.ReadFile(filepath.Join(n.dir, "server.out"))
-			t.Fatalf("private RabbitMQ node exited while starting:\n%s", out)
-		case <-time.After(200 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			n.stop()
-			t.Fatalf("private RabbitMQ node not accepting connections after 2 minutes")
-		}
-	}
-}
-
-// stop shuts the node down as a service stop does (SIGTERM to its process
-// group; SIGKILL after 60s) and waits for it.
-func (n *privateRabbit) stop() {
-	if n.cmd == nil {
-		return
-	}
-	pgid := n.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-n.exit:
-	case <-time.After(60 * time.Second):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-n.exit
-	}
-	n.cmd = nil
+	n := testbrokers.StartRabbitMQ(t, nil)
+	return &broker{name: "rabbitmq", url: n.URL() + "?shards=4", restart: func(*testing.T) { n.Restart() }}
 }

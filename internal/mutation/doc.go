@@ -38,7 +38,7 @@
 // fit CI's two minutes (it took 127 s with the batch group beside it, so
 // that one runs on demand too). The batch group and each transport's
 // (kafka, rabbitmq, redisstream, sqs, sns, mqtt, forward, jetstream,
-// console, parkwatch) need minutes of builds (about twenty minutes for all of them on this project's loaded
+// console, parkwatch, dedupe) need minutes of builds (about twenty minutes for all of them on this project's loaded
 // two-core machine), more than CI's
 // budget; run them on demand, all or some:
 //

@@ -72,7 +72,7 @@ func init() {
 			Find:    `	if size := enc.Size(); size > q.info.MaxSize {`,
 			Replace: `	if size := len(m.Payload); size > q.info.MaxSize {`,
 			More: []Edit{
-				{File: "transport/sqs/errors.go", Find: `	return target == transport.ErrTooLarge && awsconf.TooLarge(e.Code, e.Message)`, Replace: `	return false && awsconf.TooLarge(e.Code, e.Message)`},
+				{File: "transport/internal/awsconf/batch.go", Find: `	return target == transport.ErrTooLarge && TooLarge(e.Code, e.Message)`, Replace: `	return false && TooLarge(e.Code, e.Message)`},
 				{File: "transport/internal/awsconf/errors.go", Find: `		if TooLarge(ae.ErrorCode(), ae.ErrorMessage()) {`, Replace: `		if false {`},
 			},
 			Run:  "^TestRouterDeadLetterNearLimit$",
@@ -80,8 +80,8 @@ func init() {
 		},
 		{
 			Name: "entry-refusal-as-success", // a refused entry of a SendMessageBatch is reported as sent
-			Pkg:  "./transport/sqs", File: "transport/sqs/publish.go",
-			Find:    `			errs[i] = &EntryError{Queue: q.info.Name, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}`,
+			Pkg:  "./transport/sqs", File: "transport/internal/awsconf/batch.go",
+			Find:    `			errs[i] = &EntryError{Service: service, Queue: dest, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}`,
 			Replace: `			_ = f`,
 			Run:     "^TestPublishAsync$/^standard$",
 			Want:    "want the *EntryError of its refused entry",

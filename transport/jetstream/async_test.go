@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -89,18 +90,18 @@ func TestPublishAsync(t *testing.T) {
 // after Timeout, each naming the server. After the thaw, publishing the
 // same IDs again stores each once, and Close after a Flush returns nil.
 func TestPublishAsyncBackpressure(t *testing.T) {
-	srv := startPrivateServer(t, "")
+	srv := testbrokers.StartNATS(t, "")
 	ctx := context.Background()
 	topic := uniq(t, "backpressure")
-	tr := open(t, srv.url()+"?publish_window=2&timeout=700ms")
+	tr := open(t, srv.URL()+"?publish_window=2&timeout=700ms")
 	if err := tr.Publish(ctx, &handler.Message{ID: "warm", Topic: topic}); err != nil {
 		t.Fatal(err)
 	}
-	srv.freeze(t)
+	srv.Freeze(t)
 	thawed := false
 	defer func() {
 		if !thawed {
-			srv.thaw(t)
+			srv.Thaw(t)
 		}
 	}()
 	results := make(chan error, 2)
@@ -125,8 +126,8 @@ func TestPublishAsyncBackpressure(t *testing.T) {
 	for range 2 {
 		select {
 		case err := <-results:
-			if !errors.Is(err, transport.ErrUnknownOutcome) || !strings.Contains(err.Error(), srv.addr()) {
-				t.Errorf("a PubAck that never came: %v; want ErrUnknownOutcome naming %s", err, srv.addr())
+			if !errors.Is(err, transport.ErrUnknownOutcome) || !strings.Contains(err.Error(), srv.Addr()) {
+				t.Errorf("a PubAck that never came: %v; want ErrUnknownOutcome naming %s", err, srv.Addr())
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("no result 10s after the publish timeout of 700ms")
@@ -135,7 +136,7 @@ func TestPublishAsyncBackpressure(t *testing.T) {
 	if third.Load() {
 		t.Error("done called for a message the full window did not accept")
 	}
-	srv.thaw(t)
+	srv.Thaw(t)
 	thawed = true
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -148,7 +149,7 @@ func TestPublishAsyncBackpressure(t *testing.T) {
 	if err != nil {
 		t.Fatalf("publishing again after the thaw: %v", err)
 	}
-	if n := storedMsgs(t, srv.url(), topic); n != 3 {
+	if n := storedMsgs(t, srv.URL(), topic); n != 3 {
 		t.Errorf("stream holds %d; want 3 (warm, bp-0 and bp-1 once each)", n)
 	}
 	if err := tr.Close(ctx); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/jetstream"
 )
@@ -170,7 +171,7 @@ func TestTLSAndAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	const password = "s3cret-Pass-9"
-	srv := startPrivateServer(t, fmt.Sprintf(`
+	srv := testbrokers.StartNATS(t, fmt.Sprintf(`
 tls {
   cert_file: %q
   key_file: %q
@@ -186,7 +187,7 @@ authorization {
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
-	base := "nats://shop:" + password + "@" + srv.addr()
+	base := "nats://shop:" + password + "@" + srv.Addr()
 
 	t.Run("RightCAAndPassword", func(t *testing.T) {
 		tr, err := jetstream.New(ctx, base+"?tls_ca="+ca.file, jetstream.WithLogger(logger))
@@ -197,13 +198,13 @@ authorization {
 		roundTrip(t, tr)
 	})
 	t.Run("NKey", func(t *testing.T) {
-		tr, err := jetstream.New(ctx, "nats://"+srv.addr()+"?tls_ca="+ca.file+"&nkey_seed_file="+seedFile, jetstream.WithLogger(logger))
+		tr, err := jetstream.New(ctx, "nats://"+srv.Addr()+"?tls_ca="+ca.file+"&nkey_seed_file="+seedFile, jetstream.WithLogger(logger))
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}
 		defer tr.Close(ctx)
 		roundTrip(t, tr)
-		tr2, err := jetstream.New(ctx, "nats://"+srv.addr()+"?tls_ca="+ca.file, jetstream.NKeySeed(seed), jetstream.WithLogger(logger))
+		tr2, err := jetstream.New(ctx, "nats://"+srv.Addr()+"?tls_ca="+ca.file, jetstream.NKeySeed(seed), jetstream.WithLogger(logger))
 		if err != nil {
 			t.Fatalf("New with NKeySeed: %v", err)
 		}
@@ -216,8 +217,8 @@ authorization {
 	}{
 		{"WrongCA", base + "?tls_ca=" + other.file, false},
 		{"NoCA", base + "?allow_plaintext_auth=true", false}, // the server requires TLS: nats.go upgrades, with the system roots
-		{"WrongPassword", "nats://shop:wrong-" + password + "@" + srv.addr() + "?tls_ca=" + ca.file, true},
-		{"UnknownNKey", "nats://" + srv.addr() + "?tls_ca=" + ca.file + "&nkey_seed_file=" + strangerFile, true},
+		{"WrongPassword", "nats://shop:wrong-" + password + "@" + srv.Addr() + "?tls_ca=" + ca.file, true},
+		{"UnknownNKey", "nats://" + srv.Addr() + "?tls_ca=" + ca.file + "&nkey_seed_file=" + strangerFile, true},
 	}
 	for _, b := range bad {
 		t.Run(b.name, func(t *testing.T) {
@@ -253,20 +254,20 @@ authorization {
 // repeating it.
 func TestToken(t *testing.T) {
 	const token = "t0ken-Secret-77"
-	srv := startPrivateServer(t, fmt.Sprintf("authorization { token: %q }\n", token))
+	srv := testbrokers.StartNATS(t, fmt.Sprintf("authorization { token: %q }\n", token))
 	ctx := context.Background()
-	tr, err := jetstream.New(ctx, "nats://"+token+"@"+srv.addr()+"?allow_plaintext_auth=true")
+	tr, err := jetstream.New(ctx, "nats://"+token+"@"+srv.Addr()+"?allow_plaintext_auth=true")
 	if err != nil {
 		t.Fatalf("New with the token: %v", err)
 	}
 	defer tr.Close(ctx)
 	roundTrip(t, tr)
-	tr2, err := jetstream.New(ctx, "nats://"+srv.addr(), jetstream.Token(token), jetstream.AllowPlaintextAuth(true))
+	tr2, err := jetstream.New(ctx, "nats://"+srv.Addr(), jetstream.Token(token), jetstream.AllowPlaintextAuth(true))
 	if err != nil {
 		t.Fatalf("New with Token: %v", err)
 	}
 	_ = tr2.Close(ctx)
-	_, err = jetstream.New(ctx, "nats://wrong-"+token+"@"+srv.addr()+"?allow_plaintext_auth=true")
+	_, err = jetstream.New(ctx, "nats://wrong-"+token+"@"+srv.Addr()+"?allow_plaintext_auth=true")
 	if !errors.Is(err, jetstream.ErrAuth) || strings.Contains(err.Error(), token) {
 		t.Errorf("a wrong token: %v; want ErrAuth without the token", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/jetstream"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -42,7 +43,7 @@ func (h harness) MakeLease(tb testing.TB, sub transport.Subscription) (transport
 // restartHarness is harness on a private nats-server it can restart.
 type restartHarness struct {
 	harness
-	srv *privateServer
+	srv *testbrokers.NATS
 }
 
 func (h restartHarness) Restart(tb testing.TB) { h.srv.Restart(tb) }
@@ -75,8 +76,8 @@ func TestConformanceRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the suite already ran against the shared server")
 	}
-	srv := startPrivateServer(t, "")
-	transporttest.Run(t, restartHarness{harness: harness{url: srv.url() + "?" + fast}, srv: srv})
+	srv := testbrokers.StartNATS(t, "")
+	transporttest.Run(t, restartHarness{harness: harness{url: srv.URL() + "?" + fast}, srv: srv})
 }
 
 var (

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/internal/fauxqs"
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/jetstream"
 )
@@ -56,10 +57,10 @@ func TestConnectDeadline(t *testing.T) {
 // create a consumer, Lag, ListDLQ, ReplayDLQ. Ack, Nack and Extend are
 // fire-and-forget writes and return at once; Close is bounded by its ctx.
 func TestCallDeadlines(t *testing.T) {
-	srv := startPrivateServer(t, "")
+	srv := testbrokers.StartNATS(t, "")
 	ctx := context.Background()
 	topic := uniq(t, "deadline")
-	tr := open(t, srv.url()+"?timeout=500ms&fetch_wait=200ms")
+	tr := open(t, srv.URL()+"?timeout=500ms&fetch_wait=200ms")
 	if err := tr.Publish(ctx, &handler.Message{ID: "m-1", Topic: topic}); err != nil {
 		t.Fatal(err)
 	}
@@ -81,9 +82,9 @@ func TestCallDeadlines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.freeze(t)
-	defer srv.thaw(t)
-	addr := srv.addr()
+	srv.Freeze(t)
+	defer srv.Thaw(t)
+	addr := srv.Addr()
 	const bound = 5 * time.Second
 	calls := []struct {
 		name, step string

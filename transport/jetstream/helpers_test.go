@@ -3,15 +3,8 @@ package jetstream_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -108,118 +101,6 @@ func uniq(tb testing.TB, prefix string) string {
 	return transporttest.UniqueName(tb, prefix)
 }
 
-// privateServer is a nats-server with JetStream that a test starts on a
-// port of its own, with its own store directory, and stops when it ends.
-type privateServer struct {
-	port int
-	dir  string
-	conf string
-
-	mu  sync.Mutex
-	cmd *exec.Cmd
-}
-
-// natsServerBin finds nats-server, or skips tb (fails it with
-// FERRY_REQUIRE_BROKERS=1).
-func natsServerBin(tb testing.TB) string {
-	tb.Helper()
-	for _, p := range []string{"nats-server", "/usr/sbin/nats-server", "/usr/bin/nats-server"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	if os.Getenv(transporttest.RequireBrokersEnv) == "1" {
-		tb.Fatalf("nats-server not found (apt-get install nats-server); %s=1", transporttest.RequireBrokersEnv)
-	}
-	tb.Skipf("nats-server not found (apt-get install nats-server); set %s=1 to fail instead", transporttest.RequireBrokersEnv)
-	return ""
-}
-
-// startPrivateServer starts nats-server -js on a free port; conf, if not
-// empty, is the text of a configuration file (auth, TLS) it also gets.
-func startPrivateServer(tb testing.TB, conf string) *privateServer {
-	tb.Helper()
-	natsServerBin(tb)
-	dir := tb.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	s := &privateServer{port: port, dir: dir}
-	if conf != "" {
-		s.conf = filepath.Join(dir, "server.conf")
-		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	s.start(tb)
-	tb.Cleanup(s.stop)
-	return s
-}
-
-func (s *privateServer) url() string { return "nats://127.0.0.1:" + strconv.Itoa(s.port) }
-func (s *privateServer) addr() string {
-	return "127.0.0.1:" + strconv.Itoa(s.port)
-}
-
-func (s *privateServer) start(tb testing.TB) {
-	tb.Helper()
-	args := []string{"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-sd", filepath.Join(s.dir, "js")}
-	if s.conf != "" {
-		args = append(args, "-c", s.conf)
-	}
-	cmd := exec.Command(natsServerBin(tb), args...)
-	cmd.Stdout, cmd.Stderr = nil, nil
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("starting nats-server: %v", err)
-	}
-	s.mu.Lock()
-	s.cmd = cmd
-	s.mu.Unlock()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", s.addr(), 200*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
-			// JetStream may need a moment after the port opens.
-			time.Sleep(200 * time.Millisecond)
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	tb.Fatalf("nats-server did not listen on %s within 15s", s.addr())
-}
-
-// stop ends the server (SIGTERM, then SIGKILL after 10s) and waits.
-func (s *privateServer) stop() {
-	s.mu.Lock()
-	cmd := s.cmd
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
-
-// Restart stops the server and starts it again on the same port and
-// store: durable state (streams, consumers, acks) survives.
-func (s *privateServer) Restart(tb testing.TB) {
-	tb.Helper()
-	s.stop()
-	s.start(tb)
-}
-
 // drainN receives n deliveries from st within d, acking each, and
 // returns their IDs in order.
 func drainN(tb testing.TB, st transport.Stream, n int, d time.Duration) []string {
@@ -238,41 +119,6 @@ func drainN(tb testing.TB, st transport.Stream, n int, d time.Duration) []string
 		}
 	}
 	return ids
-}
-
-// freeze stops the server process (SIGSTOP): connections stay open and
-// nothing is answered, as with a server that hangs.
-func (s *privateServer) freeze(tb testing.TB) {
-	tb.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		tb.Fatal(err)
-	}
-	// kill(2) returns before every thread has stopped: wait until the
-	// kernel reports the process stopped ('T'), so that nothing sent
-	// after freeze is answered.
-	stat := fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid)
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		b, err := os.ReadFile(stat)
-		if err != nil {
-			return // not Linux: best effort
-		}
-		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && strings.HasPrefix(string(b[i:]), ") T") {
-			return
-		}
-	}
-	tb.Fatal("nats-server not stopped 5s after SIGSTOP")
-}
-
-// thaw resumes a frozen server (SIGCONT).
-func (s *privateServer) thaw(tb testing.TB) {
-	tb.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		tb.Fatal(err)
-	}
 }
 
 // expectNothing fails tb if st delivers anything within d: why says what

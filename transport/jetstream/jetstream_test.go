@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/jetstream"
 )
@@ -293,16 +294,16 @@ func TestDedupeByID(t *testing.T) {
 // left) reports ErrUnknownOutcome, never a plain failure; once the server
 // runs again, publishing again with the same ID leaves one copy.
 func TestPublishUnknownOutcome(t *testing.T) {
-	srv := startPrivateServer(t, "")
+	srv := testbrokers.StartNATS(t, "")
 	ctx := context.Background()
 	topic := uniq(t, "unknown")
-	tr := open(t, srv.url()+"?timeout=300ms")
+	tr := open(t, srv.URL()+"?timeout=300ms")
 	if err := tr.Publish(ctx, &handler.Message{ID: "warm", Topic: topic}); err != nil {
 		t.Fatal(err)
 	}
-	srv.freeze(t)
+	srv.Freeze(t)
 	err := tr.Publish(ctx, &handler.Message{ID: "order-9/placed", Topic: topic})
-	srv.thaw(t)
+	srv.Thaw(t)
 	if !errors.Is(err, transport.ErrUnknownOutcome) {
 		t.Fatalf("Publish to a frozen server = %v; want ErrUnknownOutcome", err)
 	}
@@ -322,7 +323,7 @@ func TestPublishUnknownOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatalf("publishing again after the thaw: %v", err)
 	}
-	if n := storedMsgs(t, srv.url(), topic); n != 2 {
+	if n := storedMsgs(t, srv.URL(), topic); n != 2 {
 		t.Errorf("stream holds %d messages; want 2 (warm, and order-9 once)", n)
 	}
 }

@@ -35,7 +35,12 @@ import (
 //   - A member that takes a lease over from a holder that stopped renewing
 //     (a crash) waits one AckWait before pulling, so that the messages the
 //     old holder left unsettled are redelivered first, in order. A lease
-//     released cleanly (a delete) is pulled from at once.
+//     released cleanly (a delete) is pulled from at once, so a holder
+//     releases one cleanly only when nothing of the partition is still to
+//     come back after AckWait: not within one AckWait of a detected gap or
+//     of its own takeover (its readyAt). Until then a handover waits, and
+//     Close leaves the lease to expire (the next holder then takes it over
+//     and waits one AckWait).
 //
 // A watcher on *.<stream>.<group>.* keeps every member's view of the keys
 // current; the view only says when to try, and the compare-and-set
@@ -334,9 +339,10 @@ func (l *leases) lost(p *part, why string) {
 	l.s.signal()
 }
 
-// handOver gives p up once nothing pulled from it is unsettled here.
+// handOver gives p up once nothing pulled from it is unsettled here and
+// it is ready (see [part.ready]).
 func (l *leases) handOver(ctx context.Context, p *part) {
-	if p.active.Load() > 0 || p.fetching.Load() {
+	if p.active.Load() > 0 || p.fetching.Load() || !p.ready(time.Now().UnixNano()) {
 		return // next tick
 	}
 	if err := l.s.t.nc.FlushTimeout(l.s.t.cfg.timeout); err != nil {
@@ -359,12 +365,21 @@ func (l *leases) release(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, l.s.t.cfg.timeout)
 	defer cancel()
 	var errs []error
+	now := time.Now().UnixNano()
 	for _, p := range l.s.parts {
 		if !p.held.Load() {
 			continue
 		}
 		p.held.Store(false)
 		p.epoch.Add(1)
+		if !p.ready(now) {
+			// Messages of p are still out, to come back after AckWait: a
+			// clean handover would let the next holder pull at once, ahead
+			// of them. The lease expires instead, and the next holder
+			// takes it over, waiting one AckWait.
+			l.s.log.Info("jetstream: close: lease left to expire, messages are still to come back", "consumer", p.name)
+			continue
+		}
 		if err := l.kv.Delete(ctx, p.key, njs.LastRevision(p.rev)); err != nil && !isCASConflict(err) {
 			errs = append(errs, l.s.t.errf("close: releasing the lease on %s (a standby takes it after the lease): %w", p.name, err))
 		}

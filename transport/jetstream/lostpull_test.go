@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
+	"github.com/ferrymq/ferry/transport/jetstream"
 )
 
 // natsProxy is a TCP proxy between a client and a NATS server that can
@@ -192,5 +195,95 @@ func TestLostPullReplyKeepsOrder(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("order broken: got %v, want %v", got, want)
 		}
+	}
+}
+
+// TestCloseAfterLostPullKeepsOrder: a member that closes while messages
+// it lost (a pull's reply lost with the connection, and the messages it
+// then dropped behind them) are still to come back after AckWait must not
+// hand its lease over cleanly: the next member would pull at once and get
+// the newer messages of the key first. It leaves the lease to expire, and
+// the next member takes it over and waits one AckWait, so the lost ones
+// come back first.
+func TestCloseAfterLostPullKeepsOrder(t *testing.T) {
+	requireShared(t)
+	ctx := context.Background()
+	topic := uniq(t, "lostclose")
+	group := uniq(t, "g")
+	cleanupStream(t, sharedURL, topic)
+	pub := open(t, sharedURL)
+	px := startNatsProxy(t, strings.TrimPrefix(sharedURL, "nats://"))
+	var logs syncBuffer
+	a, err := jetstream.New(ctx, "nats://"+px.addr()+"?"+fast, jetstream.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	sub := transport.Subscription{Topic: topic, Group: group, StartAtOldest: true}
+	stA, err := a.Subscribe(ctx, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(id string) {
+		t.Helper()
+		if err := pub.Publish(ctx, &handler.Message{ID: id, Key: "k", Topic: topic}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("m0")
+	if ids := drainN(t, stA, 1, 10*time.Second); ids[0] != "m0" {
+		t.Fatalf("first delivery %v; want m0", ids)
+	}
+	px.armDrop(topic)
+	publish("m1") // delivered into A's open pull, dropped, the connection cut
+	select {
+	case <-px.dropped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pulled message was dropped: the test proved nothing")
+	}
+	publish("m2") // A's next pull: its consumer sequence jumps, so A drops it too
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "never arrived") {
+		if time.Now().After(deadline) {
+			t.Fatalf("A did not see the gap:\n%s", logs.String())
+		}
+		rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		if d, err := stA.Receive(rctx); err == nil {
+			t.Fatalf("A received %s (attempt %d) past the lost m1", d.Message().ID, d.Message().Attempt())
+		}
+		cancel()
+	}
+	if err := stA.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	publish("m3") // new: a member pulling now gets it before m1 and m2 are due back
+
+	b := open(t, sharedURL+"?"+fast)
+	stB, err := b.Subscribe(ctx, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stB.Close(ctx)
+	var got, all []string // first deliveries; every delivery with its attempt
+	seen := map[string]bool{}
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	for len(got) < 3 {
+		d, err := stB.Receive(rctx)
+		if err != nil {
+			t.Fatalf("B received %v, then: %v", all, err)
+		}
+		m := d.Message()
+		all = append(all, m.ID+"#"+strconv.Itoa(m.Attempt()))
+		if !seen[m.ID] {
+			seen[m.ID] = true
+			got = append(got, m.ID)
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"m1", "m2", "m3"}; !slices.Equal(got, want) {
+		t.Fatalf("after A closed, B received %v; want the lost messages first: %v\nA's log:\n%s", all, want, logs.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -18,10 +19,10 @@ import (
 // outcome, since nothing left), and every message published before and
 // after the restart is handled, none lost.
 func TestRouterSurvivesRestart(t *testing.T) {
-	srv := startPrivateServer(t, "")
+	srv := testbrokers.StartNATS(t, "")
 	ctx := context.Background()
 	topic, group := uniq(t, "restart"), uniq(t, "g")
-	url := srv.url() + "?" + fast
+	url := srv.URL() + "?" + fast
 	pub := open(t, url)
 	tr := open(t, url)
 	hs := newHandledSet()
@@ -53,13 +54,13 @@ func TestRouterSurvivesRestart(t *testing.T) {
 	if missing := hs.waitAll(want, 15*time.Second); len(missing) > 0 {
 		t.Fatalf("%d not handled before the restart", len(missing))
 	}
-	srv.stop()
+	srv.Stop()
 	time.Sleep(300 * time.Millisecond)
 	err := pub.Publish(ctx, &handler.Message{ID: "while-down", Topic: topic})
 	if err == nil || errors.Is(err, transport.ErrUnknownOutcome) {
 		t.Errorf("Publish while the server is down = %v; want a failure that is not an unknown outcome", err)
 	}
-	srv.start(t)
+	srv.Start(t)
 	publish(100, 200)
 	if missing := hs.waitAll(want, 30*time.Second); len(missing) > 0 {
 		t.Fatalf("%d of %d not handled after the restart, e.g. %v", len(missing), len(want), missing[0])

@@ -60,8 +60,14 @@ type part struct {
 
 // usable reports whether Receive may fetch from p at now.
 func (p *part) usable(now int64) bool {
-	return p.held.Load() && !p.draining.Load() && now < p.validUntil.Load() && now >= p.readyAt.Load()
+	return p.held.Load() && !p.draining.Load() && now < p.validUntil.Load() && p.ready(now)
 }
+
+// ready reports whether, at now, nothing delivered from p is still to come
+// back after AckWait: readyAt (one AckWait after a takeover, or after the
+// last message dropped for a gap) has passed. Only then may p be pulled
+// from, or handed to another member cleanly.
+func (p *part) ready(now int64) bool { return now >= p.readyAt.Load() }
 
 // stream is one open subscription.
 type stream struct {
@@ -296,7 +302,8 @@ func (s *stream) endBatch(p *part) error {
 // this member pulls from the consumer, so its consumer sequence rises by
 // one per delivery here; a jump is a loss. Then raw and the rest of the
 // pull are dropped (they come back after AckWait too, behind the lost
-// ones), and p is not pulled from again before that.
+// ones), and p is neither pulled from again nor handed to another member
+// cleanly before the last of them is due back (see [part.ready]).
 func (s *stream) gap(p *part, md meta, now time.Time) bool {
 	if s.lease == nil {
 		return false // ModeShared keeps no order
@@ -308,6 +315,8 @@ func (s *stream) gap(p *part, md meta, now time.Time) bool {
 	p.cseq, p.cseqEpoch = md.cseq, p.batchEpoch
 	switch {
 	case p.skipping:
+		// Dropped too: it comes back one AckWait from now.
+		p.readyAt.Store(max(p.readyAt.Load(), now.Add(s.ackWait+100*time.Millisecond).UnixNano()))
 		return true
 	case last == 0 || md.cseq <= last+1:
 		return false

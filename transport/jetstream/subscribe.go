@@ -84,7 +84,9 @@ func (t *Transport) plan(sub transport.Subscription) (plan, error) {
 	}
 	if cc.mode == ModeExclusive {
 		// A member that closes deletes its leases; a standby acquires
-		// them at its next tick at the latest.
+		// them at its next tick at the latest. (Within one AckWait of a
+		// takeover or a lost delivery it leaves them to expire instead,
+		// so that what is due back comes first: see lease.go.)
 		p.sem.RedeliveryDelay = leaseTick(cc.lease)
 	}
 	return p, nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/rabbitmq"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -51,7 +52,7 @@ func TestConnectionLost(t *testing.T) {
 		t.Skip("-short: starts a private RabbitMQ node")
 	}
 	requireRabbit(t)
-	node := startPrivateNode(t)
+	node := testbrokers.StartRabbitMQ(t, nil)
 	lost := make(chan struct{}, 1)
 	tr := openURL(t, node.URL(), rabbitmq.WithLogger(slog.New(signalHandler{text: "connection lost", ch: lost})))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -72,7 +73,7 @@ func TestConnectionLost(t *testing.T) {
 		t.Fatalf("first delivery %s attempt %d", d.Message().ID, d.Message().Attempt())
 	}
 	time.Sleep(200 * time.Millisecond) // m2 and m3 reach the stream's buffer
-	if err := node.ctl("close_all_connections", "test"); err != nil {
+	if _, err := node.Ctl("close_all_connections", "test"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -85,7 +86,7 @@ func TestConnectionLost(t *testing.T) {
 		t.Errorf("Ack after the connection loss: %v; want ErrStale wrapping transport.ErrRevoked", err)
 	}
 	time.Sleep(time.Second)
-	if n := node.connections(); n != 0 {
+	if n := node.Connections(); n != 0 {
 		t.Errorf("%d connections a second after the loss, before any call: want 0 (no redial in the background)", n)
 	}
 
@@ -112,7 +113,7 @@ func TestConnectionLost(t *testing.T) {
 	if d := receive(t, st); d.Message().ID != "m4" || d.Message().Attempt() != 1 {
 		t.Errorf("after the loss: %s attempt %d; want m4 attempt 1", d.Message().ID, d.Message().Attempt())
 	}
-	if n := node.connections(); n != 1 {
+	if n := node.Connections(); n != 1 {
 		t.Errorf("%d connections after resuming; want 1", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/rabbitmq"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -21,10 +22,10 @@ import (
 // may restart (the suite's Restart case).
 type restartHarness struct {
 	harness
-	node *privateNode
+	node *testbrokers.RabbitMQ
 }
 
-func (h restartHarness) Restart(tb testing.TB) { h.node.restart() }
+func (h restartHarness) Restart(tb testing.TB) { h.node.Restart() }
 
 // TestConformancePrivateNode runs the suite, Restart case included, on a
 // private RabbitMQ node: the shared broker is never restarted.
@@ -33,7 +34,7 @@ func TestConformancePrivateNode(t *testing.T) {
 		t.Skip("-short: starts a private RabbitMQ node")
 	}
 	requireRabbit(t)
-	node := startPrivateNode(t)
+	node := testbrokers.StartRabbitMQ(t, nil)
 	transporttest.Run(t, restartHarness{harness: harness{url: node.URL()}, node: node})
 }
 
@@ -48,7 +49,7 @@ func TestRestartMidStream(t *testing.T) {
 		t.Skip("-short: starts and restarts a private RabbitMQ node")
 	}
 	requireRabbit(t)
-	node := startPrivateNode(t)
+	node := testbrokers.StartRabbitMQ(t, nil)
 	pubT := openURL(t, node.URL())
 	subT := openURL(t, node.URL())
 	topic := transporttest.UniqueName(t, "restart")
@@ -109,7 +110,7 @@ func TestRestartMidStream(t *testing.T) {
 		}()
 	}
 	waitFor(t, "500 confirmed publishes", 30*time.Second, func() bool { return nConfirmed.Load() >= 500 })
-	node.restart()
+	node.Restart()
 	close(restarted)
 	wg.Wait()
 	if beforeRestart.Load() == 0 || afterRestart.Load() == 0 {
@@ -155,7 +156,7 @@ func TestBlockedConnection(t *testing.T) {
 		t.Skip("-short: starts a private RabbitMQ node")
 	}
 	requireRabbit(t)
-	node := startPrivateNode(t)
+	node := testbrokers.StartRabbitMQ(t, nil)
 	tr := openURL(t, node.URL())
 	topic := transporttest.UniqueName(t, "blocked")
 	ctx := context.Background()
@@ -167,10 +168,10 @@ func TestBlockedConnection(t *testing.T) {
 	if err := tr.Publish(ctx, &handler.Message{ID: "before", Topic: topic, Payload: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := node.ctl("set_vm_memory_high_watermark", "0"); err != nil {
+	if _, err := node.Ctl("set_vm_memory_high_watermark", "0"); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = node.ctl("set_vm_memory_high_watermark", "0.4") }()
+	defer func() { _, _ = node.Ctl("set_vm_memory_high_watermark", "0.4") }()
 
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	err = tr.Publish(pctx, &handler.Message{ID: "during-1", Topic: topic, Payload: []byte("x")})
@@ -185,7 +186,7 @@ func TestBlockedConnection(t *testing.T) {
 	if !errors.Is(err, rabbitmq.ErrBlocked) || errors.Is(err, transport.ErrUnknownOutcome) {
 		t.Fatalf("second publish while blocked: %v; want ErrBlocked, not ErrUnknownOutcome (nothing was written)", err)
 	}
-	if err := node.ctl("set_vm_memory_high_watermark", "0.4"); err != nil {
+	if _, err := node.Ctl("set_vm_memory_high_watermark", "0.4"); err != nil {
 		t.Fatal(err)
 	}
 	pctx, cancel = context.WithTimeout(ctx, 15*time.Second)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/internal/testcerts"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/rabbitmq"
@@ -29,11 +30,11 @@ const tlsSecret = "tls-s3cret-pw"
 func TestTLS(t *testing.T) {
 	var tlsPort int
 	var ca *testcerts.CA
-	n := startPrivateNodeWith(t, func(dir string, n *privateNode) string {
+	n := testbrokers.StartRabbitMQ(t, func(dir string, n *testbrokers.RabbitMQ) string {
 		ca = testcerts.NewCA(t, dir, "ca")
 		cert, key := ca.Server(t, dir, "server")
-		tlsPort = freePort(t)
-		n.user, n.pass = "ferry", tlsSecret
+		tlsPort = testbrokers.FreePort(t)
+		n.User, n.Password = "ferry", tlsSecret
 		return fmt.Sprintf("listeners.ssl.default = 127.0.0.1:%d\n"+
 			"ssl_options.cacertfile = %s\nssl_options.certfile = %s\nssl_options.keyfile = %s\n"+
 			"ssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n"+

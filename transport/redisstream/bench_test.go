@@ -18,6 +18,7 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/redisstream"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -478,10 +479,10 @@ func rounded(xs []float64) []int {
 // CONFIG SET between runs. Five rounds, rotating the order; it reports
 // each setting's median rate and its median ratio to no AOF.
 func BenchmarkPublishAppendfsync(b *testing.B) {
-	srv := startPrivateRedis(b)
-	c := goredis.NewClient(&goredis.Options{Addr: srv.addr()})
+	srv := testbrokers.StartRedis(b)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer c.Close()
-	tr := open(b, "redis://"+srv.addr())
+	tr := open(b, "redis://"+srv.Addr())
 	const rounds = 5
 	n := max(b.N/rounds, 20000)
 	ids, keys := benchIDs(n)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/redisstream"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -46,7 +47,7 @@ func (h harness) MakeLease(tb testing.TB, sub transport.Subscription) (transport
 // restartHarness is harness on a private redis-server it can restart.
 type restartHarness struct {
 	harness
-	srv *privateRedis
+	srv *testbrokers.Redis
 }
 
 func (h restartHarness) Restart(tb testing.TB) { h.srv.Restart(tb) }
@@ -76,9 +77,9 @@ func TestConformanceRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the suite already ran against the shared Redis")
 	}
-	srv := startPrivateRedis(t)
+	srv := testbrokers.StartRedis(t)
 	transporttest.Run(t, restartHarness{
-		harness: harness{addr: srv.addr(), url: "redis://" + srv.addr() + "?shards=2&" + fast},
+		harness: harness{addr: srv.Addr(), url: "redis://" + srv.Addr() + "?shards=2&" + fast},
 		srv:     srv,
 	})
 }

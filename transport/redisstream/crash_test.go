@@ -15,6 +15,7 @@ import (
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 )
 
@@ -236,9 +237,9 @@ func killChild(t *testing.T, spec string) {
 // it again: the consumer resumes on its own, and every message the
 // publisher got confirmed is handled.
 func TestRedisRestartMidStream(t *testing.T) {
-	srv := startPrivateRedis(t)
+	srv := testbrokers.StartRedis(t)
 	topic := uniq("restart")
-	url := "redis://" + srv.addr() + "?" + fast
+	url := "redis://" + srv.Addr() + "?" + fast
 	pub := open(t, url)
 	hs := newHandledSet()
 	runRouter(t, open(t, url), transport.Subscription{Topic: topic, Group: "g"},

@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/redisstream"
 )
@@ -200,18 +201,18 @@ func TestPublishOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t.Run("Refused", func(t *testing.T) {
-		srv := startPrivateRedis(t)
-		tr := open(t, "redis://"+srv.addr()+"?timeout=1s")
+		srv := testbrokers.StartRedis(t)
+		tr := open(t, "redis://"+srv.Addr()+"?timeout=1s")
 		topic := uniq("outage")
 		if err := tr.Publish(ctx, &handler.Message{ID: "before", Topic: topic, Payload: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
-		srv.kill()
+		srv.Kill()
 		err := tr.Publish(ctx, &handler.Message{ID: "during", Topic: topic, Payload: []byte("x")})
-		if err == nil || errors.Is(err, transport.ErrUnknownOutcome) || !strings.Contains(err.Error(), srv.addr()) {
-			t.Errorf("Publish while Redis is down = %v; want a plain error naming %s", err, srv.addr())
+		if err == nil || errors.Is(err, transport.ErrUnknownOutcome) || !strings.Contains(err.Error(), srv.Addr()) {
+			t.Errorf("Publish while Redis is down = %v; want a plain error naming %s", err, srv.Addr())
 		}
-		srv.start(t)
+		srv.Start(t)
 		if err := tr.Publish(ctx, &handler.Message{ID: "after", Topic: topic, Payload: []byte("x")}); err != nil {
 			t.Fatalf("Publish after the restart: %v", err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/internal/fauxqs"
+	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/internal/testcerts"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/redisstream"
@@ -44,7 +45,7 @@ func (b *logBuffer) logger() *slog.Logger {
 // whose certificate a CA made by the test issued, and whose only user is
 // the ACL user "shop": the default user is off.
 type tlsRedis struct {
-	*privateRedis
+	*testbrokers.Redis
 	tlsPort   int
 	ca, other *testcerts.CA
 }
@@ -59,8 +60,8 @@ func startTLSRedis(t *testing.T) *tlsRedis {
 	dir := t.TempDir()
 	ca, other := testcerts.NewCA(t, dir, "ca"), testcerts.NewCA(t, dir, "other")
 	cert, key := ca.Server(t, dir, "redis")
-	port := freePort(t)
-	srv := startPrivateRedis(t,
+	port := testbrokers.FreePort(t)
+	srv := testbrokers.StartRedis(t,
 		"tls-port "+strconv.Itoa(port),
 		"tls-cert-file "+cert,
 		"tls-key-file "+key,
@@ -69,7 +70,7 @@ func startTLSRedis(t *testing.T) *tlsRedis {
 		"user default off",
 		"user "+aclUser+" on >"+aclPassword+" ~* &* +@all",
 	)
-	return &tlsRedis{privateRedis: srv, tlsPort: port, ca: ca, other: other}
+	return &tlsRedis{Redis: srv, tlsPort: port, ca: ca, other: other}
 }
 
 func (r *tlsRedis) tlsAddr() string { return "127.0.0.1:" + strconv.Itoa(r.tlsPort) }
@@ -207,7 +208,7 @@ func TestPlaintextAuth(t *testing.T) {
 	srv := startTLSRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	plain := srv.addr()
+	plain := srv.Addr()
 	for name, c := range map[string]struct {
 		url  string
 		opts []redisstream.Option

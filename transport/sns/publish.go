@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
@@ -15,7 +13,6 @@ import (
 	"github.com/ferrymq/ferry/internal/batch"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/internal/awsconf"
-	"github.com/ferrymq/ferry/transport/sqs"
 	"github.com/ferrymq/ferry/transport/sqs/wire"
 )
 
@@ -74,54 +71,29 @@ func (t *Transport) newSender(r *topicRef) (*batch.Batcher[pubItem], error) {
 		func(ctx context.Context, items []pubItem) []error { return t.sendBatch(ctx, r, items) })
 }
 
-// sendBatch is one PublishBatch of items to r, and each item's outcome.
+// sendBatch is one PublishBatch of items to r, and each item's outcome
+// (see [awsconf.PublishBatch]).
 func (t *Transport) sendBatch(ctx context.Context, r *topicRef, items []pubItem) []error {
-	entries := make([]snstypes.PublishBatchRequestEntry, len(items))
-	for i, it := range items {
-		entries[i] = it.entry
-		entries[i].Id = aws.String(strconv.Itoa(i))
-	}
-	errs := make([]error, len(items))
-	out, err := t.client.PublishBatch(ctx, &awssns.PublishBatchInput{TopicArn: &r.arn, PublishBatchRequestEntries: entries})
-	if err != nil {
-		err = awsconf.Classify("sns", "publish batch to "+r.name, err)
-		if len(items) > 1 && errors.Is(err, transport.ErrTooLarge) {
-			// SNS counts the batch over its limit: nothing was written.
-			// Send each alone, so that only one too large by itself is
-			// refused as such.
-			for i := range items {
-				errs[i] = t.sendBatch(ctx, r, items[i:i+1])[0]
-			}
-			return errs
+	return awsconf.PublishBatch(ctx, "sns", r.name, len(items), func(ctx context.Context) (awsconf.Answer, error) {
+		entries := make([]snstypes.PublishBatchRequestEntry, len(items))
+		for i, it := range items {
+			entries[i] = it.entry
+			entries[i].Id = awsconf.EntryID(i)
 		}
-		for i := range errs {
-			errs[i] = err
+		out, err := t.client.PublishBatch(ctx, &awssns.PublishBatchInput{TopicArn: &r.arn, PublishBatchRequestEntries: entries})
+		if err != nil {
+			return awsconf.Answer{}, err
 		}
-		return errs
-	}
-	seen := make([]bool, len(items))
-	for _, s := range out.Successful {
-		if i, e := strconv.Atoi(aws.ToString(s.Id)); e == nil && i < len(items) {
-			seen[i] = true
-		}
-	}
-	for _, f := range out.Failed {
-		if i, e := strconv.Atoi(aws.ToString(f.Id)); e == nil && i < len(items) {
-			seen[i] = true
-			errs[i] = &sqs.EntryError{Queue: r.name, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
-		}
-	}
-	for i, ok := range seen {
-		if !ok {
-			errs[i] = fmt.Errorf("sns: publish to %s: %w: entry missing from the response", r.name, transport.ErrUnknownOutcome)
-		}
-	}
-	return errs
+		return awsconf.AnswerOf(out.Successful, func(e snstypes.PublishBatchResultEntry) *string { return e.Id },
+			out.Failed, func(f snstypes.BatchResultErrorEntry) awsconf.Refusal {
+				return awsconf.Refusal{ID: f.Id, Code: f.Code, Message: f.Message, SenderFault: f.SenderFault}
+			}), nil
+	}, func(ctx context.Context, i int) error { return t.sendBatch(ctx, r, items[i:i+1])[0] })
 }
 
 // PublishAsync hands m to its topic's publish window and returns once it
 // is accepted; done is called exactly once, later, with m's own result:
-// nil when SNS accepted it, an *[sqs.EntryError] when SNS refused its
+// nil when SNS accepted it, an *[EntryError] when SNS refused its
 // entry (wrapping [transport.ErrTooLarge] for its size), an error wrapping
 // [transport.ErrUnknownOutcome] when the PublishBatch carrying it got no
 // answer. The messages accepted for a topic go out in PublishBatch calls
@@ -186,51 +158,20 @@ func (t *Transport) Flush(ctx context.Context) error {
 }
 
 // PublishBatch publishes msgs through the publish window (PublishAsync, in
-// order), so that they share PublishBatch calls of up to ten messages per
-// topic, several calls concurrently on a standard topic and one at a time
-// on a FIFO topic (FIFO groups keep their order), and waits for every
-// result. It returns nil or a *[transport.BatchError] with one entry per
-// message: a message refused before sending has Publish's error; an entry
-// SNS refused has an *[sqs.EntryError]. A ctx that ends while PublishBatch
-// waits for room fails the messages not yet accepted with ctx's error.
+// order, by [transport.PublishAll]), so that they share PublishBatch calls
+// of up to ten messages per topic, several calls concurrently on a
+// standard topic and one at a time on a FIFO topic (FIFO groups keep their
+// order), and waits for every result. It returns nil or a
+// *[transport.BatchError] with one entry per message: a message refused
+// before sending has Publish's error; an entry SNS refused has an
+// *[EntryError]. When ctx ends, PublishBatch returns at once: the messages
+// not yet accepted get ctx's error, those accepted and not yet confirmed
+// ErrUnknownOutcome.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
-	errs := make([]error, len(msgs))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	failed := false
-	set := func(i int, err error) {
-		mu.Lock()
-		errs[i], failed = err, true
-		mu.Unlock()
-	}
-	for i, m := range msgs {
-		wg.Add(1)
-		err := t.PublishAsync(ctx, m, func(err error) {
-			if err != nil {
-				set(i, err)
-			}
-			wg.Done()
-		})
-		if err == nil {
-			continue
-		}
-		wg.Done()
-		set(i, err)
-		if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
-			for j := i + 1; j < len(msgs); j++ {
-				set(j, err) // not accepted: not sent
-			}
-			break
-		}
-	}
-	wg.Wait()
-	if failed {
-		return &transport.BatchError{Errs: errs}
-	}
-	return nil
+	return transport.PublishAll(ctx, t, msgs)
 }
 
 func attrSize(a map[string]snstypes.MessageAttributeValue) int {

@@ -36,6 +36,12 @@ const attributeReserve = 8 << 10
 // side (leases, pollers, redrive) apply to the subscriber queues.
 type Option = sqs.Option
 
+// EntryError is the error for one message of a PublishBatch that SNS
+// refused: nothing was written for it. It is the type package sqs reports
+// for a refused SendMessageBatch entry ([sqs.EntryError]), and matches
+// [transport.ErrTooLarge] when SNS refused the message for its size.
+type EntryError = awsconf.EntryError
+
 // Transport publishes to SNS topics and consumes them through one SQS queue
 // per group. It is safe for concurrent use. Create it with [New] (or
 // [transport.Open]); close it with Close.

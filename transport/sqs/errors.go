@@ -19,27 +19,12 @@ import (
 var ErrAuth = awsconf.ErrAuth
 
 // EntryError is the error for one message of a SendMessageBatch (or an SNS
-// PublishBatch) that the service refused. Nothing was written for it.
-type EntryError struct {
-	Queue       string // the queue (or topic) it was for
-	Code        string // the service's error code
-	Message     string // the service's error message
-	SenderFault bool   // true: the request was wrong; false: a retry may succeed
-}
-
-// Error describes the refusal.
-func (e *EntryError) Error() string {
-	return fmt.Sprintf("sqs: publish to %s refused: %s: %s", e.Queue, e.Code, e.Message)
-}
-
-// Is reports whether the refusal matches target: [transport.ErrTooLarge]
-// when the service refused the message for its size (SQS's
-// InvalidParameterValue "Message must be shorter than …", SNS's "Message
-// too long"), so that errors.Is finds it as it does for a message refused
-// before sending.
-func (e *EntryError) Is(target error) bool {
-	return target == transport.ErrTooLarge && awsconf.TooLarge(e.Code, e.Message)
-}
+// PublishBatch) that the service refused. Nothing was written for it. Its
+// Is matches [transport.ErrTooLarge] when the service refused the message
+// for its size (SQS's InvalidParameterValue "Message must be shorter than
+// …", SNS's "Message too long"), as for a message refused before sending.
+// Package sns reports the same type.
+type EntryError = awsconf.EntryError
 
 // invalid returns an error wrapping transport.ErrInvalidOption.
 func invalid(format string, args ...any) error {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -173,54 +171,21 @@ func (t *Transport) Flush(ctx context.Context) error {
 }
 
 // PublishBatch publishes msgs through the publish window ([PublishAsync],
-// in order), so that they share SendMessageBatch calls of up to ten
-// messages (and 1 MiB) per queue, several calls concurrently on a standard
-// queue, and waits for every result. It returns nil when every message was
-// accepted, or a *[transport.BatchError] with one entry per message: a
-// message refused before sending has Publish's error; a refused entry's
-// error is an *[EntryError]; a call that failed without an answer gives
-// ErrUnknownOutcome for its entries. A ctx that ends while PublishBatch
-// waits for room fails the messages not yet accepted with ctx's error (they
-// were not sent); those accepted keep their own results, which come
-// within [CallTimeout]. On a FIFO queue the messages keep their order.
+// in order, by [transport.PublishAll]), so that they share SendMessageBatch
+// calls of up to ten messages (and 1 MiB) per queue, several calls
+// concurrently on a standard queue, and waits for every result. It returns
+// nil when every message was accepted, or a *[transport.BatchError] with
+// one entry per message: a message refused before sending has Publish's
+// error; a refused entry's error is an *[EntryError]; a call that failed
+// without an answer gives ErrUnknownOutcome for its entries. When ctx ends,
+// PublishBatch returns at once: the messages not yet accepted get ctx's
+// error (they were not sent), those accepted and not yet confirmed
+// ErrUnknownOutcome. On a FIFO queue the messages keep their order.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
-	errs := make([]error, len(msgs))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	failed := false
-	set := func(i int, err error) {
-		mu.Lock()
-		errs[i], failed = err, true
-		mu.Unlock()
-	}
-	for i, m := range msgs {
-		wg.Add(1)
-		err := t.PublishAsync(ctx, m, func(err error) {
-			if err != nil {
-				set(i, err)
-			}
-			wg.Done()
-		})
-		if err == nil {
-			continue
-		}
-		wg.Done()
-		set(i, err)
-		if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
-			for j := i + 1; j < len(msgs); j++ {
-				set(j, err) // not accepted: not sent
-			}
-			break
-		}
-	}
-	wg.Wait()
-	if failed {
-		return &transport.BatchError{Errs: errs}
-	}
-	return nil
+	return transport.PublishAll(ctx, t, msgs)
 }
 
 // sendErr is the publish error for a batcher's result err.
@@ -272,50 +237,25 @@ func (t *Transport) prepare(q *queueRef, m *handler.Message) (sendItem, error) {
 	return sendItem{entry: e, size: enc.Size()}, nil
 }
 
-// send is one SendMessageBatch of items to q, and each item's outcome. ctx
-// is the batcher's; the call deadline (CallTimeout) bounds the call.
+// send is one SendMessageBatch of items to q, and each item's outcome
+// (see [awsconf.PublishBatch]). ctx is the batcher's; the call deadline
+// (CallTimeout) bounds the call.
 func (t *Transport) send(ctx context.Context, q *queueRef, items []sendItem) []error {
-	entries := make([]types.SendMessageBatchRequestEntry, len(items))
-	for i, it := range items {
-		entries[i] = it.entry
-		entries[i].Id = aws.String(strconv.Itoa(i))
-	}
-	errs := make([]error, len(items))
-	out, err := t.client.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: &q.info.URL, Entries: entries})
-	if err != nil {
-		err = awsconf.Classify("sqs", "publish to "+q.info.Name, err)
-		if len(items) > 1 && errors.Is(err, transport.ErrTooLarge) {
-			// SQS counts the batch over its limit where the batcher did
-			// not: nothing was written. Send each message alone, so that
-			// only one that is too large by itself is refused as such.
-			for i := range items {
-				errs[i] = t.send(ctx, q, items[i:i+1])[0]
-			}
-			return errs
+	return awsconf.PublishBatch(ctx, "sqs", q.info.Name, len(items), func(ctx context.Context) (awsconf.Answer, error) {
+		entries := make([]types.SendMessageBatchRequestEntry, len(items))
+		for i, it := range items {
+			entries[i] = it.entry
+			entries[i].Id = awsconf.EntryID(i)
 		}
-		for i := range errs {
-			errs[i] = err
+		out, err := t.client.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: &q.info.URL, Entries: entries})
+		if err != nil {
+			return awsconf.Answer{}, err
 		}
-		return errs
-	}
-	seen := make([]bool, len(items))
-	for _, s := range out.Successful {
-		if i, e := strconv.Atoi(aws.ToString(s.Id)); e == nil && i < len(items) {
-			seen[i] = true
-		}
-	}
-	for _, f := range out.Failed {
-		if i, e := strconv.Atoi(aws.ToString(f.Id)); e == nil && i < len(items) {
-			seen[i] = true
-			errs[i] = &EntryError{Queue: q.info.Name, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
-		}
-	}
-	for i, ok := range seen {
-		if !ok {
-			errs[i] = fmt.Errorf("sqs: publish to %s: %w: entry missing from the response", q.info.Name, transport.ErrUnknownOutcome)
-		}
-	}
-	return errs
+		return awsconf.AnswerOf(out.Successful, func(e types.SendMessageBatchResultEntry) *string { return e.Id },
+			out.Failed, func(f types.BatchResultErrorEntry) awsconf.Refusal {
+				return awsconf.Refusal{ID: f.Id, Code: f.Code, Message: f.Message, SenderFault: f.SenderFault}
+			}), nil
+	}, func(ctx context.Context, i int) error { return t.send(ctx, q, items[i:i+1])[0] })
 }
 
 func toSQSAttributes(in map[string]wire.Attribute) map[string]types.MessageAttributeValue {
