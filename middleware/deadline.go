@@ -2,7 +2,7 @@ package middleware
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,45 +20,59 @@ import (
 // the observable behaviour is that of the standard context. Cancelling
 // (the end of the call) cancels the real context if made, and otherwise
 // marks the context so that one made later is cancelled at once.
+//
+// A deadlineCtx is taken new from a slab (see [slabs]) and never reused, so
+// a handler may keep it past its call: it stays ended, with its own
+// deadline and values.
 type deadlineCtx struct {
 	parent   context.Context
 	deadline time.Time
 
-	mu       sync.Mutex
-	real     context.Context // nil until observed
-	cancel   context.CancelFunc
-	canceled bool
+	real     atomic.Pointer[realContext] // nil until observed
+	canceled atomic.Bool
 }
 
-func newDeadlineCtx(parent context.Context, d time.Duration) *deadlineCtx {
-	dl := time.Now().Add(d)
+// realContext is the standard context a deadlineCtx makes once observed.
+type realContext struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// init readies c, which must be new (zero), for a call starting at start:
+// its deadline is d after it, or the parent's if earlier.
+func (c *deadlineCtx) init(parent context.Context, start time.Time, d time.Duration) {
+	dl := start.Add(d)
 	if pd, ok := parent.Deadline(); ok && pd.Before(dl) {
 		dl = pd
 	}
-	return &deadlineCtx{parent: parent, deadline: dl}
+	c.parent, c.deadline = parent, dl
 }
 
 // materialize makes the real context once and returns it.
 func (c *deadlineCtx) materialize() context.Context {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.real == nil {
-		c.real, c.cancel = context.WithDeadline(c.parent, c.deadline)
-		if c.canceled {
-			c.cancel()
+	r := c.real.Load()
+	if r == nil {
+		ctx, cancel := context.WithDeadline(c.parent, c.deadline)
+		r = &realContext{ctx: ctx, cancel: cancel}
+		if !c.real.CompareAndSwap(nil, r) { // another observer made one first
+			cancel()
+			r = c.real.Load()
 		}
 	}
-	return c.real
+	// stop sets canceled before it looks for real, and real was stored
+	// before this load: either stop cancels it, or this does (or both).
+	if c.canceled.Load() {
+		r.cancel()
+	}
+	return r.ctx
 }
 
 // stop ends the context, as the CancelFunc of context.WithDeadline does.
+// Unobserved, it costs an atomic store and load.
 func (c *deadlineCtx) stop() {
-	c.mu.Lock()
-	c.canceled = true
-	cancel := c.cancel
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	c.canceled.Store(true)
+	if r := c.real.Load(); r != nil {
+		r.cancel()
 	}
 }
 
@@ -71,13 +85,10 @@ func (c *deadlineCtx) Done() <-chan struct{} { return c.materialize().Done() }
 // Err is nil while the parent is live, the deadline is ahead and the call
 // has not ended; otherwise it is the real context's error.
 func (c *deadlineCtx) Err() error {
-	c.mu.Lock()
-	real, canceled := c.real, c.canceled
-	c.mu.Unlock()
-	if real != nil {
-		return real.Err()
+	if r := c.real.Load(); r != nil {
+		return r.ctx.Err()
 	}
-	if canceled || c.parent.Err() != nil || !time.Now().Before(c.deadline) {
+	if c.canceled.Load() || c.parent.Err() != nil || !time.Now().Before(c.deadline) {
 		return c.materialize().Err()
 	}
 	return nil
