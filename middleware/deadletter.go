@@ -192,7 +192,7 @@ func DeadLetter(p transport.Publisher, opts ...DeadLetterOption) (handler.Middle
 		return nil, fmt.Errorf("%w: DeadLetter needs a publisher for the DLQ", ErrInvalidOption)
 	}
 	return func(next handler.Handler) handler.Handler {
-		return &deadLetterHandler{next: next, direct: serverOf(next), pub: p, cfg: c}
+		return &deadLetterHandler{next: next, to: linkTo(next, layerDeadLetter), pub: p, cfg: c}
 	}, nil
 }
 
@@ -207,12 +207,12 @@ var ErrNoDLQ = errors.New("middleware: no DLQ for this stream")
 const layerDeadLetter layer = 1 << 18
 
 type deadLetterHandler struct {
-	next   handler.Handler
-	direct server // next, if of this package
-	pub    transport.Publisher
-	cfg    deadLetterConfig
-	mis    misorder
-	noDLQ  sync.Once
+	next  handler.Handler
+	to    link
+	pub   transport.Publisher
+	cfg   deadLetterConfig
+	mis   misorder
+	noDLQ sync.Once
 	// scopes makes the scope of each message: DeadLetter is the
 	// outermost middleware of this package where it is right.
 	scopes slabs[scope]
@@ -230,7 +230,7 @@ func (h *deadLetterHandler) serve(ctx context.Context, m *handler.Message, c cal
 	var err error
 	if m.Header(transport.HeaderTruncated) != "" {
 		err = truncatedError(m)
-	} else if err = c.pass(ctx, m, h.next, h.direct, layerDeadLetter); err == nil {
+	} else if err = c.pass(ctx, m, &h.to); err == nil {
 		return nil
 	}
 	if ctx.Err() != nil || errors.Is(err, ErrRedeliver) || errors.Is(err, ErrMisordered) {

@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -25,8 +26,9 @@ import (
 // a handler may keep it past its call: it stays ended, with its own
 // deadline and values.
 type deadlineCtx struct {
-	parent   context.Context
-	deadline time.Time
+	parent context.Context
+	clock  *clock
+	due    int64 // the deadline on clock, unless the parent's is earlier
 
 	real     atomic.Pointer[realContext] // nil until observed
 	canceled atomic.Bool
@@ -38,21 +40,27 @@ type realContext struct {
 	cancel context.CancelFunc
 }
 
-// init readies c, which must be new (zero), for a call starting at start:
-// its deadline is d after it, or the parent's if earlier.
-func (c *deadlineCtx) init(parent context.Context, start time.Time, d time.Duration) {
-	dl := start.Add(d)
-	if pd, ok := parent.Deadline(); ok && pd.Before(dl) {
-		dl = pd
+// init readies c, which must be new (zero), for a call starting at start
+// on clk: its deadline is d after it, or the parent's if earlier.
+func (c *deadlineCtx) init(parent context.Context, clk *clock, start int64, d time.Duration) {
+	c.parent, c.clock, c.due = parent, clk, start+min(int64(d), math.MaxInt64-start)
+}
+
+// deadline is the context's deadline: d after the start, or the parent's if
+// earlier (a context's deadline never changes).
+func (c *deadlineCtx) deadline() time.Time {
+	dl := c.clock.time(c.due)
+	if pd, ok := c.parent.Deadline(); ok && pd.Before(dl) {
+		return pd
 	}
-	c.parent, c.deadline = parent, dl
+	return dl
 }
 
 // materialize makes the real context once and returns it.
 func (c *deadlineCtx) materialize() context.Context {
 	r := c.real.Load()
 	if r == nil {
-		ctx, cancel := context.WithDeadline(c.parent, c.deadline)
+		ctx, cancel := context.WithDeadline(c.parent, c.deadline())
 		r = &realContext{ctx: ctx, cancel: cancel}
 		if !c.real.CompareAndSwap(nil, r) { // another observer made one first
 			cancel()
@@ -77,7 +85,7 @@ func (c *deadlineCtx) stop() {
 }
 
 // Deadline reports the deadline; it needs no timer.
-func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline(), true }
 
 // Done makes the real context and returns its channel.
 func (c *deadlineCtx) Done() <-chan struct{} { return c.materialize().Done() }
@@ -88,7 +96,7 @@ func (c *deadlineCtx) Err() error {
 	if r := c.real.Load(); r != nil {
 		return r.ctx.Err()
 	}
-	if c.canceled.Load() || c.parent.Err() != nil || !time.Now().Before(c.deadline) {
+	if c.canceled.Load() || c.parent.Err() != nil || c.clock.now() >= c.due {
 		return c.materialize().Err()
 	}
 	return nil
@@ -106,5 +114,5 @@ func (c *deadlineCtx) Value(k any) any {
 
 // String describes the context as context.WithDeadline's does.
 func (c *deadlineCtx) String() string {
-	return "middleware.Timeout(" + c.deadline.String() + ")"
+	return "middleware.Timeout(" + c.deadline().String() + ")"
 }

@@ -99,8 +99,8 @@ func TestDeadlineCtx(t *testing.T) {
 
 // newDeadlineCtx makes a deadline context d from now, as Timeout does.
 func newDeadlineCtx(parent context.Context, d time.Duration) *deadlineCtx {
-	c := new(deadlineCtx)
-	c.init(parent, time.Now(), d)
+	c, clk := new(deadlineCtx), newClock()
+	c.init(parent, clk, clk.now(), d)
 	return c
 }
 

@@ -21,13 +21,13 @@ import (
 // runtime.Goexit is not a panic and is not recovered.
 func Recover() handler.Middleware {
 	return func(next handler.Handler) handler.Handler {
-		return &recoverHandler{next: next, direct: serverOf(next)}
+		return &recoverHandler{next: next, to: linkTo(next, layerRecover)}
 	}
 }
 
 type recoverHandler struct {
 	next   handler.Handler
-	direct server       // next, if of this package
+	to     link
 	scopes slabs[scope] // when Recover is the outermost of this package
 }
 
@@ -42,5 +42,5 @@ func (h *recoverHandler) serve(ctx context.Context, m *handler.Message, c call) 
 			err = &handler.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return c.pass(ctx, m, h.next, h.direct, layerRecover)
+	return c.pass(ctx, m, &h.to)
 }

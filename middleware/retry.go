@@ -279,17 +279,25 @@ func Retry(opts ...RetryOption) (handler.Middleware, error) {
 		return nil, err
 	}
 	return func(next handler.Handler) handler.Handler {
-		return &retryHandler{next: next, direct: serverOf(next), cfg: c, clock: newClock()}
+		h := &retryHandler{next: next, to: linkTo(next, layerRetry), cfg: c, clock: newClock()}
+		if t, ok := next.(*timeoutHandler); ok {
+			h.timeout, h.clock = t, t.clock
+		}
+		return h
 	}, nil
 }
 
 type retryHandler struct {
-	next   handler.Handler
-	direct server // next, if of this package
-	cfg    retryConfig
-	clock  clock
-	mis    misorder
-	scopes slabs[scope] // when Retry is the outermost of this package
+	next handler.Handler
+	to   link
+	cfg  retryConfig
+	// timeout is next if it is a Timeout (as in Recommended), and then
+	// clock is its clock, so that each attempt's start, read here, is its
+	// deadline's start too.
+	timeout *timeoutHandler
+	clock   *clock
+	mis     misorder
+	scopes  slabs[scope] // when Retry is the outermost of this package
 }
 
 // canRedeliver reports whether the stream the message came from (as the
@@ -338,13 +346,13 @@ func (h *retryHandler) serve(ctx context.Context, m *handler.Message, ac call) e
 			f.Attempt = attempt
 			m.SetFacts(f)
 		}
-		ac.start = at
-		err := h.attempt(ctx, m, ac)
+		err := h.attempt(ctx, m, ac, at)
 		ac.fresh = false
 		if err == nil {
 			return nil
 		}
-		now := time.Now()
+		nowAt := h.clock.now()
+		now := h.clock.time(nowAt)
 		if first.IsZero() {
 			first = now
 		}
@@ -370,7 +378,7 @@ func (h *retryHandler) serve(ctx context.Context, m *handler.Message, ac call) e
 			if d, ok := handler.RetryDelay(err); ok {
 				wait = d
 			}
-			if c.maxElapsed > 0 && now.Sub(start)+wait > c.maxElapsed {
+			if c.maxElapsed > 0 && time.Duration(nowAt-start)+wait > c.maxElapsed {
 				reason = ReasonMaxElapsed
 			}
 		}
@@ -463,17 +471,18 @@ func (j *fullJitter) NextBackOff() time.Duration {
 	return rand.N(v + 1)
 }
 
-// attempt runs one attempt, started at ac.start, in a context that ends
-// when it returns. When the next handler is a [Timeout] (as in
+// attempt runs one attempt, started at at (on h.clock), in a context that
+// ends when it returns. When the next handler is a [Timeout] (as in
 // [Recommended]), its own context already ends with the call, and a second
 // one would only cost allocations and a registration with the parent per
-// message; it takes ac.start for its deadline, so that the attempt reads
+// message; it takes at for its deadline's start, so that the attempt reads
 // the clock once.
-func (h *retryHandler) attempt(ctx context.Context, m *handler.Message, ac call) error {
-	if _, ok := h.next.(*timeoutHandler); ok {
-		return ac.pass(ctx, m, h.next, h.direct, layerRetry)
+func (h *retryHandler) attempt(ctx context.Context, m *handler.Message, ac call, at int64) error {
+	if h.timeout != nil {
+		ac.start = at
+		return ac.pass(ctx, m, &h.to)
 	}
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	return ac.pass(actx, m, h.next, h.direct, layerRetry)
+	return ac.pass(actx, m, &h.to)
 }

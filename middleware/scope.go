@@ -12,12 +12,12 @@ import (
 type scopeKey struct{}
 
 // scope is the context the outermost middleware of this package puts
-// around a message's call, once. Its bits hold the layers entered so far
-// where the call passes through a handler not of this package, so that a
-// middleware of this package called by that handler sees what is outside
-// it; between this package's own middleware the layers go as an argument
-// instead (see call). The bits are atomic so that a handler fanning out to
-// concurrent inner calls cannot race on them.
+// around a message's call, once. Between this package's own middleware
+// the layers entered go as an argument (see call); where the call passes
+// through a handler not of this package, they are published in the
+// scope's bits, for any middleware of this package that it calls in turn.
+// The bits are atomic so that a handler fanning out to concurrent inner
+// calls cannot race on them.
 //
 // It also carries the deadline context of the first [Timeout] call made
 // inside it (see call.fresh), so that one object covers the whole stack's
@@ -41,11 +41,14 @@ func (s *scope) Value(k any) any {
 }
 
 // call is what a middleware of this package knows of the call it serves,
-// and hands the next one when it calls it directly (see pass).
+// and hands the next one when it calls it directly (see pass). With the
+// other arguments of serve it fits in registers.
 type call struct {
-	sc    *scope
-	outer layer     // the layers outside the middleware serving the call
-	start time.Time // the attempt's start, which Retry reads for Timeout; zero elsewhere
+	sc *scope
+	// start is the attempt's start on the clock of the Timeout that Retry
+	// calls directly, set by that Retry for it (see clock); 0 elsewhere.
+	start int64
+	outer layer // the layers outside the middleware serving the call
 	// fresh says that sc was made for this call and its first deadline
 	// context is unused: only the first Timeout reached by direct calls
 	// from sc's maker takes it. A middleware that passes the call on more
@@ -60,11 +63,18 @@ type server interface {
 	serve(ctx context.Context, m *handler.Message, c call) error
 }
 
-// serverOf returns next as a server if it is one of this package's
-// middleware, else nil.
-func serverOf(next handler.Handler) server {
+// link is how a middleware of this package, whose layer is l, calls the
+// next handler: next, and next again as a server if it is one of this
+// package's middleware.
+type link struct {
+	next   handler.Handler
+	direct server
+	l      layer
+}
+
+func linkTo(next handler.Handler, l layer) link {
 	s, _ := next.(server)
-	return s
+	return link{next: next, direct: s, l: l}
 }
 
 // begin starts serving a call that came through Handle: in ctx's scope,
@@ -79,36 +89,33 @@ func begin(ctx context.Context, fresh *slabs[scope]) (context.Context, call) {
 	return s, call{sc: s, fresh: true}
 }
 
-// pass calls next for the middleware serving c, which adds its layer l:
-// directly if next is of this package (direct, from serverOf), with the
-// layers as an argument; else through next's Handle, with the layers in
-// the scope's bits meanwhile.
-func (c call) pass(ctx context.Context, m *handler.Message, next handler.Handler, direct server, l layer) error {
-	c.outer |= l
-	if direct != nil {
-		return direct.serve(ctx, m, c)
+// pass calls the next handler for the middleware serving c, adding its
+// layer: directly if it is of this package, with the layers as an
+// argument; else through its Handle (see foreign).
+func (c call) pass(ctx context.Context, m *handler.Message, to *link) error {
+	c.outer |= to.l
+	if to.direct != nil {
+		return to.direct.serve(ctx, m, c)
 	}
+	return c.foreign(ctx, m, to.next)
+}
+
+// foreign calls next, a handler not of this package, with the layers in
+// the scope's bits meanwhile.
+func (c call) foreign(ctx context.Context, m *handler.Message, next handler.Handler) error {
 	prev := c.sc.bits.Swap(uint32(c.outer))
 	defer c.sc.bits.Store(prev)
 	return next.Handle(ctx, m)
 }
 
-// enter records that l is entered on ctx's scope, taking a new scope from
-// fresh (the calling middleware's slabs) if ctx has none: the caller is
-// then the outermost middleware of this package, and the returned context
-// is the new scope. It returns that context, the layers that were outside,
-// and the scope, whose leave the caller defers. It is the form of begin
-// and pass for a middleware that calls the next one through Handle only.
+// enter records that l is entered on ctx's scope, as begin and foreign
+// do together, for a middleware that calls the next one only through
+// Handle: it returns the context (a new scope if ctx had none), the layers
+// outside, and the scope, whose leave the caller defers.
 func enter(ctx context.Context, l layer, fresh *slabs[scope]) (context.Context, layer, *scope) {
-	s, ok := ctx.Value(scopeKey{}).(*scope)
-	if !ok {
-		s = fresh.take()
-		s.Context = ctx
-		ctx = s
-	}
-	outer := layer(s.bits.Load())
-	s.bits.Store(uint32(outer | l))
-	return ctx, outer, s
+	ctx, c := begin(ctx, fresh)
+	c.sc.bits.Store(uint32(c.outer | l))
+	return ctx, c.outer, c.sc
 }
 
 // leave restores the layers to those outside.
@@ -123,17 +130,22 @@ func (c call) deadlineCtx(more *slabs[deadlineCtx]) *deadlineCtx {
 	return more.take()
 }
 
-// clock reads the time from the monotonic clock alone, as base plus the
-// time since base: one clock read, where time.Now makes two (the wall
-// clock and the monotonic one). The result carries a monotonic reading,
-// which comparisons and durations use, so they are exact; only its wall
-// clock part does not follow a step of the system clock after base (as
-// the memory transport's and the Router's clocks).
+// clock reads the monotonic clock as nanoseconds since its base, plus one
+// (so that a reading is never 0): one clock read, where time.Now makes two
+// (the wall clock and the monotonic one). A reading turns into a
+// time.Time, base plus the reading, only where one is needed; it carries
+// a monotonic reading, which comparisons and durations use, so they are
+// exact, and only its wall clock part does not follow a step of the
+// system clock after base (as the memory transport's and the Router's
+// clocks). Retry uses the clock of the Timeout it calls directly, so that
+// it can give it its attempt's start.
 type clock struct{ base time.Time }
 
-func newClock() clock { return clock{base: time.Now()} }
+func newClock() *clock { return &clock{base: time.Now()} }
 
-func (c *clock) now() time.Time { return c.base.Add(time.Since(c.base)) }
+func (c *clock) now() int64 { return int64(time.Since(c.base)) + 1 }
+
+func (c *clock) time(t int64) time.Time { return c.base.Add(time.Duration(t - 1)) }
 
 // slabSize is how many objects one allocation of a slab makes.
 const slabSize = 64

@@ -26,15 +26,15 @@ func Timeout(d time.Duration) handler.Middleware {
 		if d <= 0 {
 			return next
 		}
-		return &timeoutHandler{next: next, direct: serverOf(next), d: d, clock: newClock()}
+		return &timeoutHandler{next: next, to: linkTo(next, layerTimeout), d: d, clock: newClock()}
 	}
 }
 
 type timeoutHandler struct {
 	next   handler.Handler
-	direct server // next, if of this package
+	to     link
 	d      time.Duration
-	clock  clock
+	clock  *clock
 	scopes slabs[scope]       // when Timeout is the outermost of this package
 	ctxs   slabs[deadlineCtx] // when the scope's own is taken (a retry)
 }
@@ -45,16 +45,16 @@ func (h *timeoutHandler) Handle(ctx context.Context, m *handler.Message) error {
 }
 
 // serve runs one call with a deadline h.d after c.start, or after now if
-// it is zero: [Retry] sets it to its attempt's start, so that the stack
-// reads the clock once per attempt, not once in each.
+// it is 0: [Retry] sets it to its attempt's start on h.clock, so that the
+// stack reads the clock once per attempt, not once in each.
 func (h *timeoutHandler) serve(ctx context.Context, m *handler.Message, c call) error {
 	start := c.start
-	if start.IsZero() {
+	if start == 0 {
 		start = h.clock.now()
 	}
 	dc := c.deadlineCtx(&h.ctxs)
-	c.start, c.fresh = time.Time{}, false
-	dc.init(ctx, start, h.d)
+	dc.init(ctx, h.clock, start, h.d)
 	defer dc.stop()
-	return c.pass(dc, m, h.next, h.direct, layerTimeout)
+	c.start, c.fresh = 0, false
+	return c.pass(dc, m, &h.to)
 }
