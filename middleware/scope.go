@@ -162,7 +162,7 @@ const slabSize = 64
 // (the dedupe transaction, the stream), however many messages come after.
 // A reused object would come back to life as another message's context.
 // What a kept context costs instead is its slab's memory (slabSize objects
-// of about 150 bytes) for as long as it is kept.
+// of under 100 bytes) for as long as it is kept.
 //
 // The slab being filled sits in a sync.Pool, which keeps one per P, so
 // that take takes no lock shared by the workers; a slab the pool drops at
