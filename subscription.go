@@ -35,8 +35,10 @@ import (
 // more than a very quick handler takes. So while the handlers' recent
 // average (with the settle) is under inlineBelow, the worker at the intake
 // handles the delivery itself and keeps the turn; a watchdog takes the turn
-// from it, for the next worker, once such a call has run for stealAfter.
-// A slow call in that mode delays intake by at most about twice stealAfter.
+// from it, for the next worker, once such a call has run for about
+// stealAfter. A slow call in that mode delays intake by at most about
+// twice stealAfter. The watchdog does the timing: an inline call reads no
+// clock.
 type subscription struct {
 	name       string
 	subscriber transport.Subscriber
@@ -109,13 +111,16 @@ type subscription struct {
 	waitingRoom atomic.Bool
 
 	// Inline handling at the intake (see the type's doc). handleNanos is
-	// the moving average of process's duration. inlineSince is the start
-	// (s.now) of the inline call holding the turn, 0 when none, -1 once the
-	// watchdog took the turn from it. watching is set while the watchdog
-	// runs; watchWake starts it; quit ends it with the workers.
+	// the moving average of process's duration. inlineCall is the number
+	// of the inline call holding the turn (inlineCalls counts them, under
+	// the turn), 0 when none, -1 once the watchdog took the turn from it:
+	// the watchdog times the calls, so that they read no clock. watching
+	// is set while the watchdog runs; watchWake starts it; quit ends it
+	// with the workers.
 	base        time.Time
 	handleNanos atomic.Int64
-	inlineSince atomic.Int64
+	inlineCalls int64
+	inlineCall  atomic.Int64
 	watching    atomic.Bool
 	watchWake   chan struct{}
 	quit        chan struct{}
@@ -308,8 +313,9 @@ func (s *subscription) receive(w *worker) (d transport.Delivery, more bool) {
 // handleInline runs d's chain on the worker holding the intake turn, and
 // reports whether it still holds the turn: false if the watchdog took it.
 func (s *subscription) handleInline(w *worker, d transport.Delivery) bool {
-	t := s.now()
-	s.inlineSince.Store(t)
+	s.inlineCalls++
+	t := s.inlineCalls
+	s.inlineCall.Store(t)
 	if !s.watching.Load() {
 		s.watching.Store(true)
 		select {
@@ -318,7 +324,7 @@ func (s *subscription) handleInline(w *worker, d transport.Delivery) bool {
 		}
 	}
 	s.handle(w, d)
-	return s.inlineSince.CompareAndSwap(t, 0)
+	return s.inlineCall.CompareAndSwap(t, 0)
 }
 
 // watch is the watchdog of inline calls: while they happen it checks every
@@ -336,7 +342,7 @@ func (s *subscription) watch() {
 			s.watching.Store(false)
 			// An inline call may have started after the last check and seen
 			// watching still set: look again.
-			if s.inlineSince.Load() <= 0 {
+			if s.inlineCall.Load() <= 0 {
 				break
 			}
 			s.watching.Store(true)
@@ -345,23 +351,33 @@ func (s *subscription) watch() {
 }
 
 // watchInline checks the inline calls every stealAfter until it has seen
-// none for three checks in a row, or the workers have returned.
+// none for three checks in a row, or the workers have returned. A call
+// that a check finds still running after the previous one saw it (a tick
+// apart, stealAfter; half of that at least, if the ticks came late and
+// bunched) loses the turn: it has then run for about stealAfter to twice
+// that.
 func (s *subscription) watchInline() {
 	tick := time.NewTicker(stealAfter)
 	defer tick.Stop()
+	var seen int64 // the call the last check saw, and when
+	var seenAt time.Time
 	for idle := 0; idle < 3; {
 		select {
 		case <-tick.C:
 		case <-s.quit:
 			return
 		}
-		t := s.inlineSince.Load()
+		t := s.inlineCall.Load()
 		if t <= 0 {
 			idle++
 			continue
 		}
 		idle = 0
-		if s.now()-t >= int64(stealAfter) && s.inlineSince.CompareAndSwap(t, -1) {
+		if t != seen {
+			seen, seenAt = t, time.Now()
+			continue
+		}
+		if time.Since(seenAt) >= stealAfter/2 && s.inlineCall.CompareAndSwap(t, -1) {
 			s.intake.Unlock() // the turn of the worker still in its call
 		}
 	}

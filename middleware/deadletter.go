@@ -192,7 +192,7 @@ func DeadLetter(p transport.Publisher, opts ...DeadLetterOption) (handler.Middle
 		return nil, fmt.Errorf("%w: DeadLetter needs a publisher for the DLQ", ErrInvalidOption)
 	}
 	return func(next handler.Handler) handler.Handler {
-		return &deadLetterHandler{next: next, pub: p, cfg: c}
+		return &deadLetterHandler{next: next, to: linkTo(next, layerDeadLetter), pub: p, cfg: c}
 	}, nil
 }
 
@@ -208,22 +208,29 @@ const layerDeadLetter layer = 1 << 18
 
 type deadLetterHandler struct {
 	next  handler.Handler
+	to    link
 	pub   transport.Publisher
 	cfg   deadLetterConfig
 	mis   misorder
 	noDLQ sync.Once
+	// scopes makes the scope of each message: DeadLetter is the
+	// outermost middleware of this package where it is right.
+	scopes slabs[scope]
 }
 
 func (h *deadLetterHandler) Handle(ctx context.Context, m *handler.Message) error {
-	ctx, outer, sc := enter(ctx, layerDeadLetter)
-	defer sc.leave(outer)
-	if outer != 0 {
-		return h.mis.report(h.cfg.logger(), deadLetterMisorder(outer), m)
+	ctx, c := begin(ctx, &h.scopes)
+	return h.serve(ctx, m, c)
+}
+
+func (h *deadLetterHandler) serve(ctx context.Context, m *handler.Message, c call) error {
+	if c.outer != 0 {
+		return h.mis.report(h.cfg.logger(), deadLetterMisorder(c.outer), m)
 	}
 	var err error
 	if m.Header(transport.HeaderTruncated) != "" {
 		err = truncatedError(m)
-	} else if err = h.next.Handle(ctx, m); err == nil {
+	} else if err = c.pass(ctx, m, &h.to); err == nil {
 		return nil
 	}
 	if ctx.Err() != nil || errors.Is(err, ErrRedeliver) || errors.Is(err, ErrMisordered) {

@@ -2,7 +2,8 @@ package middleware
 
 import (
 	"context"
-	"sync"
+	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,50 +21,71 @@ import (
 // the observable behaviour is that of the standard context. Cancelling
 // (the end of the call) cancels the real context if made, and otherwise
 // marks the context so that one made later is cancelled at once.
+//
+// A deadlineCtx is taken new from a slab (see [slabs]) and never reused, so
+// a handler may keep it past its call: it stays ended, with its own
+// deadline and values.
 type deadlineCtx struct {
-	parent   context.Context
-	deadline time.Time
+	parent context.Context
+	clock  *clock
+	due    int64 // the deadline on clock, unless the parent's is earlier
 
-	mu       sync.Mutex
-	real     context.Context // nil until observed
-	cancel   context.CancelFunc
-	canceled bool
+	real     atomic.Pointer[realContext] // nil until observed
+	canceled atomic.Bool
 }
 
-func newDeadlineCtx(parent context.Context, d time.Duration) *deadlineCtx {
-	dl := time.Now().Add(d)
-	if pd, ok := parent.Deadline(); ok && pd.Before(dl) {
-		dl = pd
+// realContext is the standard context a deadlineCtx makes once observed.
+type realContext struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// init readies c, which must be new (zero), for a call starting at start
+// on clk: its deadline is d after it, or the parent's if earlier.
+func (c *deadlineCtx) init(parent context.Context, clk *clock, start int64, d time.Duration) {
+	c.parent, c.clock, c.due = parent, clk, start+min(int64(d), math.MaxInt64-start)
+}
+
+// deadline is the context's deadline: d after the start, or the parent's if
+// earlier (a context's deadline never changes).
+func (c *deadlineCtx) deadline() time.Time {
+	dl := c.clock.time(c.due)
+	if pd, ok := c.parent.Deadline(); ok && pd.Before(dl) {
+		return pd
 	}
-	return &deadlineCtx{parent: parent, deadline: dl}
+	return dl
 }
 
 // materialize makes the real context once and returns it.
 func (c *deadlineCtx) materialize() context.Context {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.real == nil {
-		c.real, c.cancel = context.WithDeadline(c.parent, c.deadline)
-		if c.canceled {
-			c.cancel()
+	r := c.real.Load()
+	if r == nil {
+		ctx, cancel := context.WithDeadline(c.parent, c.deadline())
+		r = &realContext{ctx: ctx, cancel: cancel}
+		if !c.real.CompareAndSwap(nil, r) { // another observer made one first
+			cancel()
+			r = c.real.Load()
 		}
 	}
-	return c.real
+	// stop sets canceled before it looks for real, and real was stored
+	// before this load: either stop cancels it, or this does (or both).
+	if c.canceled.Load() {
+		r.cancel()
+	}
+	return r.ctx
 }
 
 // stop ends the context, as the CancelFunc of context.WithDeadline does.
+// Unobserved, it costs an atomic store and load.
 func (c *deadlineCtx) stop() {
-	c.mu.Lock()
-	c.canceled = true
-	cancel := c.cancel
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	c.canceled.Store(true)
+	if r := c.real.Load(); r != nil {
+		r.cancel()
 	}
 }
 
 // Deadline reports the deadline; it needs no timer.
-func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline(), true }
 
 // Done makes the real context and returns its channel.
 func (c *deadlineCtx) Done() <-chan struct{} { return c.materialize().Done() }
@@ -71,13 +93,10 @@ func (c *deadlineCtx) Done() <-chan struct{} { return c.materialize().Done() }
 // Err is nil while the parent is live, the deadline is ahead and the call
 // has not ended; otherwise it is the real context's error.
 func (c *deadlineCtx) Err() error {
-	c.mu.Lock()
-	real, canceled := c.real, c.canceled
-	c.mu.Unlock()
-	if real != nil {
-		return real.Err()
+	if r := c.real.Load(); r != nil {
+		return r.ctx.Err()
 	}
-	if canceled || c.parent.Err() != nil || !time.Now().Before(c.deadline) {
+	if c.canceled.Load() || c.parent.Err() != nil || c.clock.now() >= c.due {
 		return c.materialize().Err()
 	}
 	return nil
@@ -95,5 +114,5 @@ func (c *deadlineCtx) Value(k any) any {
 
 // String describes the context as context.WithDeadline's does.
 func (c *deadlineCtx) String() string {
-	return "middleware.Timeout(" + c.deadline.String() + ")"
+	return "middleware.Timeout(" + c.deadline().String() + ")"
 }

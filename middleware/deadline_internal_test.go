@@ -97,6 +97,13 @@ func TestDeadlineCtx(t *testing.T) {
 	})
 }
 
+// newDeadlineCtx makes a deadline context d from now, as Timeout does.
+func newDeadlineCtx(parent context.Context, d time.Duration) *deadlineCtx {
+	c, clk := new(deadlineCtx), newClock()
+	c.init(parent, clk, clk.now(), d)
+	return c
+}
+
 // closed fails the test unless d closes within a second.
 func closed(t *testing.T, d <-chan struct{}, when string) {
 	t.Helper()

@@ -331,6 +331,7 @@ type dedupeHandler struct {
 	// are not taken for failed attempts; see deliveryAttempt.
 	handBacks sync.Map // key → *atomic.Int32
 	nHeld     atomic.Int32
+	scopes    slabs[scope] // when Dedupe is the outermost of this package
 }
 
 // handBack records that a delivery of key was handed back unhandled.
@@ -356,7 +357,7 @@ func (h *dedupeHandler) settle(key string) int {
 }
 
 func (h *dedupeHandler) Handle(ctx context.Context, m *handler.Message) error {
-	ctx, outer, sc := enter(ctx, layerDedupe)
+	ctx, outer, sc := enter(ctx, layerDedupe, &h.scopes)
 	defer sc.leave(outer)
 	if outer&(layerRetry|layerTimeout|layerRecover|layerDedupe) != 0 {
 		return h.mis.report(h.cfg.logger(), dedupeMisorder(outer), m)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ferrymq/ferry/handler"
@@ -68,44 +67,6 @@ const (
 	layerTimeout
 	layerRecover
 )
-
-type scopeKey struct{}
-
-// scope is the context the outermost middleware of this package puts
-// around a message's call, once: the layers entered so far, set on entry
-// and restored on return by each middleware. One allocation per message
-// covers the whole stack. The bits are atomic so that a handler fanning out
-// to concurrent inner calls cannot race on them.
-type scope struct {
-	context.Context
-	bits atomic.Uint32
-}
-
-// Value answers for the scope and delegates everything else, so that the
-// context package still finds the parent's cancellation.
-func (s *scope) Value(k any) any {
-	if _, ok := k.(scopeKey); ok {
-		return s
-	}
-	return s.Context.Value(k)
-}
-
-// enter records that l is entered on ctx's scope (making the scope, and the
-// context carrying it, if ctx has none). It returns that context, the
-// layers that were outside, and the scope, whose leave the caller defers.
-func enter(ctx context.Context, l layer) (context.Context, layer, *scope) {
-	s, ok := ctx.Value(scopeKey{}).(*scope)
-	if !ok {
-		s = &scope{Context: ctx}
-		ctx = s
-	}
-	outer := layer(s.bits.Load())
-	s.bits.Store(uint32(outer | l))
-	return ctx, outer, s
-}
-
-// leave restores the layers to those outside.
-func (s *scope) leave(outer layer) { s.bits.Store(uint32(outer)) }
 
 // misorder reports a misordered chain: once to the log, and to the Router
 // as an error asking for a delayed Nack.

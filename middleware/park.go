@@ -306,7 +306,8 @@ type parkHandler struct {
 	watcher parking.Watcher
 	cfg     parkConfig
 	mis     misorder
-	subs    sync.Map // subscription → *parkedSet
+	subs    sync.Map     // subscription → *parkedSet
+	scopes  slabs[scope] // when Park is the outermost of this package
 }
 
 func parkSub(m *handler.Message) string {
@@ -318,7 +319,7 @@ func parkSub(m *handler.Message) string {
 
 func (h *parkHandler) Handle(ctx context.Context, m *handler.Message) error {
 	entered := time.Now()
-	ctx, outer, sc := enter(ctx, layerPark)
+	ctx, outer, sc := enter(ctx, layerPark, &h.scopes)
 	defer sc.leave(outer)
 	if outer&(layerRetry|layerTimeout|layerRecover|layerDedupe|layerPark) != 0 {
 		return h.mis.report(h.cfg.logger(), parkMisorder(outer), m)

@@ -21,19 +21,26 @@ import (
 // runtime.Goexit is not a panic and is not recovered.
 func Recover() handler.Middleware {
 	return func(next handler.Handler) handler.Handler {
-		return &recoverHandler{next: next}
+		return &recoverHandler{next: next, to: linkTo(next, layerRecover)}
 	}
 }
 
-type recoverHandler struct{ next handler.Handler }
+type recoverHandler struct {
+	next   handler.Handler
+	to     link
+	scopes slabs[scope] // when Recover is the outermost of this package
+}
 
-func (h *recoverHandler) Handle(ctx context.Context, m *handler.Message) (err error) {
+func (h *recoverHandler) Handle(ctx context.Context, m *handler.Message) error {
+	ctx, c := begin(ctx, &h.scopes)
+	return h.serve(ctx, m, c)
+}
+
+func (h *recoverHandler) serve(ctx context.Context, m *handler.Message, c call) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &handler.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	ctx, outer, sc := enter(ctx, layerRecover)
-	defer sc.leave(outer)
-	return h.next.Handle(ctx, m)
+	return c.pass(ctx, m, &h.to)
 }

@@ -279,14 +279,25 @@ func Retry(opts ...RetryOption) (handler.Middleware, error) {
 		return nil, err
 	}
 	return func(next handler.Handler) handler.Handler {
-		return &retryHandler{next: next, cfg: c}
+		h := &retryHandler{next: next, to: linkTo(next, layerRetry), cfg: c, clock: newClock()}
+		if t, ok := next.(*timeoutHandler); ok {
+			h.timeout, h.clock = t, t.clock
+		}
+		return h
 	}, nil
 }
 
 type retryHandler struct {
 	next handler.Handler
+	to   link
 	cfg  retryConfig
-	mis  misorder
+	// timeout is next if it is a Timeout (as in Recommended), and then
+	// clock is its clock, so that each attempt's start, read here, is its
+	// deadline's start too.
+	timeout *timeoutHandler
+	clock   *clock
+	mis     misorder
+	scopes  slabs[scope] // when Retry is the outermost of this package
 }
 
 // canRedeliver reports whether the stream the message came from (as the
@@ -300,15 +311,17 @@ func (h *retryHandler) canRedeliver(ctx context.Context) bool {
 }
 
 func (h *retryHandler) Handle(ctx context.Context, m *handler.Message) error {
-	ctx, outer, sc := enter(ctx, layerRetry)
-	defer sc.leave(outer)
-	if outer&(layerRetry|layerTimeout|layerRecover) != 0 {
-		return h.mis.report(h.cfg.logger(), retryMisorder(outer), m)
+	ctx, c := begin(ctx, &h.scopes)
+	return h.serve(ctx, m, c)
+}
+
+func (h *retryHandler) serve(ctx context.Context, m *handler.Message, ac call) error {
+	if ac.outer&(layerRetry|layerTimeout|layerRecover) != 0 {
+		return h.mis.report(h.cfg.logger(), retryMisorder(ac.outer), m)
 	}
 
 	c := &h.cfg
-	f := m.Facts()
-	delivery := max(f.Attempt, 1)
+	delivery := max(m.Attempt(), 1)
 	counted, total, last := 1, c.maxAttempts, c.maxAttempts
 	if c.redeliveries > 0 {
 		counted = c.maxAttempts
@@ -324,17 +337,22 @@ func (h *retryHandler) Handle(ctx context.Context, m *handler.Message) error {
 		}
 	}
 
-	var b backoff.BackOff // made at the first failure: success costs nothing
-	start := time.Now()
+	var b backoff.BackOff  // made at the first failure: success costs nothing
+	start := h.clock.now() // the delivery's, and its first attempt's
 	var first time.Time
-	for {
-		f.Attempt = attempt
-		m.SetFacts(f)
-		err := h.attempt(ctx, m)
+	for at := start; ; at = h.clock.now() {
+		if m.Attempt() != attempt { // the Facts are copied only to change them
+			f := m.Facts()
+			f.Attempt = attempt
+			m.SetFacts(f)
+		}
+		err := h.attempt(ctx, m, ac, at)
+		ac.fresh = false
 		if err == nil {
 			return nil
 		}
-		now := time.Now()
+		nowAt := h.clock.now()
+		now := h.clock.time(nowAt)
 		if first.IsZero() {
 			first = now
 		}
@@ -360,7 +378,7 @@ func (h *retryHandler) Handle(ctx context.Context, m *handler.Message) error {
 			if d, ok := handler.RetryDelay(err); ok {
 				wait = d
 			}
-			if c.maxElapsed > 0 && now.Sub(start)+wait > c.maxElapsed {
+			if c.maxElapsed > 0 && time.Duration(nowAt-start)+wait > c.maxElapsed {
 				reason = ReasonMaxElapsed
 			}
 		}
@@ -374,6 +392,7 @@ func (h *retryHandler) Handle(ctx context.Context, m *handler.Message) error {
 			return &ExhaustedError{Err: err, Attempts: attempt, Reason: reason, FirstFailure: first, LastFailure: now}
 		}
 		telemetry.CountRetry(ctx, attempt, wait, err)
+		f := m.Facts()
 		h.cfg.logger().Warn("middleware: retry: attempt failed; retrying after the delay",
 			append([]any{"subscription", f.Subscription, "group", f.Group, "topic", m.Topic, "id", m.ID, "key", m.Key,
 				"attempt", attempt, "class", handler.Class(err), "err", err.Error(), "delay", wait}, telemetry.LogArgs(ctx)...)...)
@@ -452,15 +471,18 @@ func (j *fullJitter) NextBackOff() time.Duration {
 	return rand.N(v + 1)
 }
 
-// attempt runs one attempt in a context that ends when it returns. When
-// the next handler is a [Timeout] (as in [Recommended]), its own context
-// already ends with the call, and a second one would only cost
-// allocations and a registration with the parent per message.
-func (h *retryHandler) attempt(ctx context.Context, m *handler.Message) error {
-	if _, ok := h.next.(*timeoutHandler); ok {
-		return h.next.Handle(ctx, m)
+// attempt runs one attempt, started at at (on h.clock), in a context that
+// ends when it returns. When the next handler is a [Timeout] (as in
+// [Recommended]), its own context already ends with the call, and a second
+// one would only cost allocations and a registration with the parent per
+// message; it takes at for its deadline's start, so that the attempt reads
+// the clock once.
+func (h *retryHandler) attempt(ctx context.Context, m *handler.Message, ac call, at int64) error {
+	if h.timeout != nil {
+		ac.start = at
+		return ac.pass(ctx, m, &h.to)
 	}
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	return h.next.Handle(actx, m)
+	return ac.pass(actx, m, &h.to)
 }

@@ -26,19 +26,35 @@ func Timeout(d time.Duration) handler.Middleware {
 		if d <= 0 {
 			return next
 		}
-		return &timeoutHandler{next: next, d: d}
+		return &timeoutHandler{next: next, to: linkTo(next, layerTimeout), d: d, clock: newClock()}
 	}
 }
 
 type timeoutHandler struct {
-	next handler.Handler
-	d    time.Duration
+	next   handler.Handler
+	to     link
+	d      time.Duration
+	clock  *clock
+	scopes slabs[scope]       // when Timeout is the outermost of this package
+	ctxs   slabs[deadlineCtx] // when the scope's own is taken (a retry)
 }
 
 func (h *timeoutHandler) Handle(ctx context.Context, m *handler.Message) error {
-	ctx, outer, sc := enter(ctx, layerTimeout)
-	defer sc.leave(outer)
-	dc := newDeadlineCtx(ctx, h.d)
+	ctx, c := begin(ctx, &h.scopes)
+	return h.serve(ctx, m, c)
+}
+
+// serve runs one call with a deadline h.d after c.start, or after now if
+// it is 0: [Retry] sets it to its attempt's start on h.clock, so that the
+// stack reads the clock once per attempt, not once in each.
+func (h *timeoutHandler) serve(ctx context.Context, m *handler.Message, c call) error {
+	start := c.start
+	if start == 0 {
+		start = h.clock.now()
+	}
+	dc := c.deadlineCtx(&h.ctxs)
+	dc.init(ctx, h.clock, start, h.d)
 	defer dc.stop()
-	return h.next.Handle(dc, m)
+	c.start, c.fresh = 0, false
+	return c.pass(dc, m, &h.to)
 }

@@ -41,11 +41,19 @@ type stream struct {
 	wake     chan struct{} // capacity 1: "look again"
 	waiting  atomic.Bool   // Receive is about to block or blocked
 
-	// Used only by the Receive goroutine.
+	// Used only by the Receive goroutine. slab holds the deliveries made
+	// ahead (see deliverySlab).
 	rr    int
 	timer *time.Timer
-	spare *delivery
+	slab  []delivery
 }
+
+// deliverySlab is how many deliveries one allocation makes, so that
+// Receive does not allocate one per message. Each is handed out once and
+// never reused: a Delivery or its Message kept past its settle is never
+// made another message's. The cost is that one kept keeps its slab (and
+// the entries its deliveries refer to) in memory with it.
+const deliverySlab = 64
 
 var _ transport.Stream = (*stream)(nil)
 
@@ -155,17 +163,16 @@ func (s *stream) poll() *delivery {
 				continue
 			}
 		}
-		d := s.spare
-		if d == nil {
-			d = new(delivery)
-			s.spare = d
+		if len(s.slab) == 0 {
+			s.slab = make([]delivery, deliverySlab)
 		}
+		d := &s.slab[0]
 		p := gp.p
 		p.mu.Lock()
 		ok := gp.take(s, d, &now)
 		p.mu.Unlock()
 		if ok {
-			s.spare = nil
+			s.slab = s.slab[1:]
 			s.rr = j + 1
 			d.fill()
 			return d
@@ -221,8 +228,8 @@ func (s *stream) close() {
 	s.t.mu.Unlock()
 }
 
-// delivery is one message handed to a member. It is allocated once per
-// delivery and carries its own Message, whose Payload and Headers are shared
+// delivery is one message handed to a member. It is made once per
+// delivery (in a slab, see deliverySlab) and carries its own Message, whose Payload and Headers are shared
 // with the stored copy and every other delivery of it.
 type delivery struct {
 	msg        handler.Message
