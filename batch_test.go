@@ -450,14 +450,18 @@ func TestBatchPerKeyBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, r)
-	waitFor(t, "every message done", func() bool {
+	waitFor(t, "every message done, or an error", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(seen) == keys*per
+		return len(seen) == keys*per || len(errs) > 0
 	})
-	waitFor(t, "every message settled", func() bool { return r.Stats()[0].Settled == keys*per })
 	mu.Lock()
 	defer mu.Unlock()
+	if len(errs) == 0 {
+		mu.Unlock()
+		waitFor(t, "every message settled", func() bool { return r.Stats()[0].Settled == keys*per })
+		mu.Lock()
+	}
 	for _, e := range errs {
 		t.Error(e)
 	}

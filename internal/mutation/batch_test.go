@@ -103,12 +103,12 @@ func init() {
 			Want: "want the running batch's 5 messages",
 		},
 		{
-			Name: "batch-per-key-mixes-keys", // BatchPerKey files deliveries in the one pending list: batches mix keys
+			Name: "batch-per-key-mixes-keys", // BatchPerKey files every delivery in one group: batches mix keys
 			Pkg:  ".", File: "batch.go",
-			Find: `	if b.perKey {
-		poke := b.addKeyed(d)`,
-			Replace: `	if false {
-		poke := b.addKeyed(d)`,
+			Find: `	key := d.Message().Key
+	g := b.groups[key]`,
+			Replace: `	key := ""
+	g := b.groups[key]`,
 			Run:  "^TestBatchPerKeyBatches$",
 			Want: "a batch holds keys",
 		},
