@@ -43,6 +43,34 @@ func BatchWait(d time.Duration) SubscriptionOption {
 	return subOption(func(c *subConfig) { c.batchWait, c.batchSet = d, true })
 }
 
+// BatchPerKey makes [Router.AddBatch] form each batch of one key's
+// messages only, in arrival order, instead of the default batches that
+// hold many keys and at most one message of each. A key's batch is handed
+// over when it holds [BatchSize] messages of the key, or [BatchWait] after
+// its first arrived; the batches of different keys run at once, up to
+// [Concurrency]. Use it when the handler's work is per entity: fold an
+// order's events into one row update, say.
+//
+// On an ordered subscription a key's batches run one after another: the
+// messages that arrive while one runs wait, and form the key's next batch
+// once every message of the one before has settled. So a key never has
+// two batches in flight, and its messages reach the handler in arrival
+// order, batch after batch. Messages with no key form batches of their
+// own, which may run at once. On an unordered subscription ([Unordered],
+// or a stream that keeps no order) batches still hold one key each, but a
+// key's batches may overlap.
+//
+// Results stay per message: a message that fails goes its own way
+// (retried, dead-lettered or parked by the per-message middleware) while
+// the others of its batch are acked. A message retried in process rejoins
+// its batch's next round, with its key's other messages retried
+// meanwhile. The handler decides about a failed message's successors in
+// the same batch: to keep them behind it (as key parking expects), fail
+// them too. Given to [Router.Add], it is an error.
+func BatchPerKey() SubscriptionOption {
+	return subOption(func(c *subConfig) { c.batchPerKey, c.batchSet = true, true })
+}
+
 // AddBatch registers a subscription whose messages are handled in batches
 // by bh: up to [BatchSize] messages, or those that arrived within
 // [BatchWait] of the batch's first, whichever comes first.
@@ -61,18 +89,28 @@ func BatchWait(d time.Duration) SubscriptionOption {
 // key's message joins a batch only when its predecessor has settled, so a
 // batch never holds two messages of one key, and a key's next message
 // waits for the batch that holds its predecessor while other keys fill the
-// batches. [Concurrency] bounds how many batches run at once (its workers
-// take turns at the stream, as on Add). A batch's message settles (is
-// acked, or nacked for a retry) as soon as its own result is known.
+// batches. With [BatchPerKey], a batch holds one key's messages instead,
+// in order, and the key's next batch waits for it. [Concurrency] bounds
+// how many batches run at once (its workers take turns at the stream, as
+// on Add). A batch's message settles (is acked, or nacked for a retry) as
+// soon as its own result is known.
 //
-// The batch handler's context carries the stream's information and ends
-// at the earliest attempt deadline of the batch's messages (as
-// middleware.Timeout sets them), or at the drain deadline.
+// The batch handler's context carries the stream's information and each
+// message's own context ([handler.MessageContext]: its span, for
+// middleware.DedupeBatch to mark a duplicate), and ends at the earliest
+// attempt deadline of the batch's messages (as middleware.Timeout sets
+// them), or at the drain deadline.
+//
+// The stuck watch ([StuckAfter]) watches each batch handler call as one
+// call: past StuckAfter a Warn line "ferry: handler call stuck" names how
+// many messages the batch holds and up to 10 of their IDs and keys,
+// repeated every StuckAfter while it runs, and [SubscriptionStats].Stuck
+// (the stuck-calls gauge) counts it once. [SubscriptionStats].Running
+// counts the batch calls running.
 //
 // Everything else is as on Add: the Router's failure policy, telemetry
 // (one span per message), the shutdown (a batch still running at the drain
-// deadline is abandoned, every message of it unsettled). The stuck watch
-// (StuckAfter) does not watch batch calls.
+// deadline is abandoned, every message of it unsettled).
 func (r *Router) AddBatch(name string, s transport.Subscriber, sub transport.Subscription, mw handler.Middleware, bh handler.BatchHandler, opts ...SubscriptionOption) error {
 	if bh == nil {
 		return fmt.Errorf("%w: add %q: AddBatch needs a batch handler", ErrInvalidOption, name)
@@ -90,7 +128,7 @@ func (r *Router) AddBatch(name string, s transport.Subscriber, sub transport.Sub
 func (c *subConfig) validateBatch(batch bool) error {
 	if !batch {
 		if c.batchSet {
-			return fmt.Errorf("%w: BatchSize and BatchWait are options of AddBatch", ErrInvalidOption)
+			return fmt.Errorf("%w: BatchSize, BatchWait and BatchPerKey are options of AddBatch", ErrInvalidOption)
 		}
 		return nil
 	}
@@ -122,16 +160,28 @@ func (c *subConfig) validateBatch(batch bool) error {
 // message retried by middleware arrives again later and joins the next
 // round, with the others retried meanwhile. When a message has settled,
 // its key's next delivery is added to the pending list.
+//
+// With BatchPerKey the batcher keeps one pending list per key (keyGroup)
+// instead, and sequences the keys itself: the subscription's key shards
+// are not used (its perKey is false). A group waits in order, the queue
+// of groups that can be cut, from its first pending delivery until it is
+// cut; on an ordered subscription it is then running, and its deliveries
+// that arrive meanwhile wait in it until the batch has settled.
 
 // batcher gathers a batch subscription's deliveries into batches.
 type batcher struct {
-	bh   handler.BatchHandler
-	s    *subscription
-	size int // BatchSize, or the stream's MaxUnsettled if lower
+	bh     handler.BatchHandler
+	s      *subscription
+	size   int  // BatchSize, or the stream's MaxUnsettled if lower
+	perKey bool // BatchPerKey: each batch holds one key's messages
+	serial bool // and a key's batches run one after another (ordered)
 
-	mu      sync.Mutex
-	pending []transport.Delivery
-	first   time.Time // when pending's oldest batch began to gather
+	mu       sync.Mutex
+	pending  []transport.Delivery // the default mode's
+	first    time.Time            // when pending's oldest batch began to gather
+	groups   map[string]*keyGroup // BatchPerKey: the keys with deliveries pending or a batch running
+	order    []*keyGroup          // BatchPerKey: the groups that can be cut, in the order they began to wait
+	npending int                  // deliveries pending, in either mode
 
 	wake       chan struct{} // the loop has something to look at
 	slots      chan struct{} // one per running batch, up to Concurrency
@@ -141,6 +191,20 @@ type batcher struct {
 
 	liveMu sync.Mutex
 	live   map[*worker]struct{} // the message goroutines, for the shutdown
+
+	// The batch handler calls running, for the stuck watch (stuck.go).
+	callMu sync.Mutex
+	calls  map[*batchWatch]struct{}
+}
+
+// keyGroup is one key's pending deliveries under BatchPerKey.
+type keyGroup struct {
+	key     string
+	serial  bool // its batches run one after another
+	pending []transport.Delivery
+	first   time.Time // when the oldest pending delivery began to wait
+	queued  bool      // in batcher.order
+	running bool      // a batch of it runs (serial only)
 }
 
 // start starts the batcher's loop, counted in the subscription's workers.
@@ -152,11 +216,17 @@ func (b *batcher) start(s *subscription) {
 		// batch would only ever fill by its time bound.
 		b.size = mu
 	}
+	if s.cfg.batchPerKey {
+		b.perKey, b.serial = true, s.perKey
+		b.groups = make(map[string]*keyGroup)
+		s.perKey = false // the batcher sequences the keys, not the shards
+	}
 	b.wake = make(chan struct{}, 1)
 	b.slots = make(chan struct{}, s.cfg.concurrency)
 	b.intakeLeft.Store(int32(s.cfg.concurrency))
 	b.intakeDone = make(chan struct{})
 	b.live = make(map[*worker]struct{})
+	b.calls = make(map[*batchWatch]struct{})
 	s.wg.Add(1)
 	go b.loop()
 }
@@ -179,15 +249,121 @@ func (b *batcher) poke() {
 // add files d for the next batch. Its key is busy until it settles.
 func (b *batcher) add(d transport.Delivery) {
 	b.mu.Lock()
+	if b.perKey {
+		poke := b.addKeyed(d)
+		b.mu.Unlock()
+		if poke {
+			b.poke()
+		}
+		return
+	}
 	if len(b.pending) == 0 {
 		b.first = time.Now()
 	}
 	b.pending = append(b.pending, d)
+	b.npending++
 	n := len(b.pending)
 	b.mu.Unlock()
 	if n == 1 || n >= b.size {
 		b.poke()
 	}
+}
+
+// addKeyed files d in its key's group, and reports whether the loop must
+// look again: the first group to wait (the loop's timer is not set), or a
+// waiting group now full. A later group's time bound comes after those the
+// loop's timer already covers. b.mu is held.
+func (b *batcher) addKeyed(d transport.Delivery) bool {
+	key := d.Message().Key
+	g := b.groups[key]
+	if g == nil {
+		g = &keyGroup{key: key, serial: b.serial && key != ""}
+		b.groups[key] = g
+	}
+	if len(g.pending) == 0 {
+		g.first = time.Now()
+	}
+	g.pending = append(g.pending, d)
+	b.npending++
+	if g.running {
+		return false // it waits for its key's running batch
+	}
+	if !g.queued {
+		g.queued = true
+		b.order = append(b.order, g)
+		return len(b.order) == 1
+	}
+	return len(g.pending) == b.size
+}
+
+// cut takes the next batch if one is ready: the pending deliveries (or,
+// with BatchPerKey, a group's) are at the size, have waited BatchWait, or
+// intake has ended. Otherwise it returns how long until one is ready by
+// time, 0 if none will be. b.mu is held.
+func (b *batcher) cut(intakeOver bool) (ds []transport.Delivery, g *keyGroup, wait time.Duration) {
+	now := time.Now()
+	if !b.perKey {
+		n := len(b.pending)
+		if n == 0 {
+			return nil, nil, 0
+		}
+		left := b.s.cfg.batchWait - now.Sub(b.first)
+		if n < b.size && !intakeOver && left > 0 {
+			return nil, nil, left
+		}
+		b.pending, ds = take(b.pending, b.size)
+		b.npending -= len(ds)
+		b.first = now
+		return ds, nil, 0
+	}
+	for i, g := range b.order {
+		left := b.s.cfg.batchWait - now.Sub(g.first)
+		if len(g.pending) < b.size && !intakeOver && left > 0 {
+			if wait == 0 || left < wait {
+				wait = left
+			}
+			continue
+		}
+		b.order = slices.Delete(b.order, i, i+1)
+		g.queued = false
+		g.pending, ds = take(g.pending, b.size)
+		b.npending -= len(ds)
+		g.first = now
+		switch {
+		case g.serial:
+			g.running = true // its later deliveries wait for this batch
+		case len(g.pending) > 0:
+			g.queued = true
+			b.order = append(b.order, g)
+		default:
+			delete(b.groups, g.key)
+		}
+		return ds, g, 0
+	}
+	return nil, nil, wait
+}
+
+// take cuts up to n deliveries from the front of list.
+func take(list []transport.Delivery, n int) (rest, ds []transport.Delivery) {
+	n = min(n, len(list))
+	ds = make([]transport.Delivery, n)
+	copy(ds, list)
+	clear(list[:n])
+	return append(list[:0], list[n:]...), ds
+}
+
+// settled notes that serial group g's batch has settled: its deliveries
+// that arrived meanwhile may form its next batch.
+func (b *batcher) settled(g *keyGroup) {
+	b.mu.Lock()
+	g.running = false
+	if len(g.pending) > 0 {
+		g.queued = true
+		b.order = append(b.order, g)
+	} else {
+		delete(b.groups, g.key)
+	}
+	b.mu.Unlock()
 }
 
 // loop cuts batches and runs them until intake has ended and nothing is
@@ -209,16 +385,10 @@ func (b *batcher) loop() {
 		default:
 		}
 		b.mu.Lock()
-		n := len(b.pending)
-		waited := time.Since(b.first)
-		if n >= b.size || (n > 0 && (intakeOver || waited >= s.cfg.batchWait)) {
-			take := min(n, b.size)
-			ds := make([]transport.Delivery, take)
-			copy(ds, b.pending)
-			clear(b.pending[:take])
-			b.pending = append(b.pending[:0], b.pending[take:]...)
-			b.first = time.Now()
-			b.mu.Unlock()
+		ds, g, wait := b.cut(intakeOver)
+		n := b.npending
+		b.mu.Unlock()
+		if ds != nil {
 			select {
 			case b.slots <- struct{}{}:
 			case <-s.handlerCtx.Done():
@@ -226,16 +396,15 @@ func (b *batcher) loop() {
 			}
 			b.running.Add(1)
 			s.wg.Add(1)
-			go b.run(ds)
+			go b.run(ds, g)
 			continue
 		}
-		b.mu.Unlock()
 		if n == 0 && intakeOver && b.running.Load() == 0 {
 			return
 		}
 		var tick <-chan time.Time
-		if n > 0 {
-			timer.Reset(s.cfg.batchWait - waited)
+		if wait > 0 {
+			timer.Reset(wait)
 			tick = timer.C
 		}
 		intake := b.intakeDone
@@ -259,16 +428,19 @@ func (b *batcher) loop() {
 }
 
 // run handles one batch: each message's chain on a goroutine of its own,
-// meeting at batchSlot.
-func (b *batcher) run(ds []transport.Delivery) {
+// meeting at batchSlot. kg is the batch's key group under BatchPerKey.
+func (b *batcher) run(ds []transport.Delivery, kg *keyGroup) {
 	defer b.s.wg.Done()
-	g := &batchGroup{bh: b.bh, ctx: b.s.handlerCtx, active: len(ds)}
+	g := &batchGroup{b: b, ctx: b.s.handlerCtx, active: len(ds)}
 	var wg sync.WaitGroup
 	wg.Add(len(ds))
 	for i, d := range ds {
 		go b.one(g, i, d, &wg)
 	}
 	wg.Wait()
+	if kg != nil && kg.serial && !b.s.abandoned.Load() {
+		b.settled(kg)
+	}
 	<-b.slots
 	b.running.Add(-1)
 	b.poke()
@@ -318,8 +490,14 @@ func (b *batcher) abandon(s *subscription, note func(m *handler.Message, state s
 	}
 	b.liveMu.Unlock()
 	b.mu.Lock()
-	for _, d := range b.pending {
-		note(d.Message(), "queued", []any{"attempt", d.Message().Attempt()})
+	queued := func(ds []transport.Delivery) {
+		for _, d := range ds {
+			note(d.Message(), "queued", []any{"attempt", d.Message().Attempt()})
+		}
+	}
+	queued(b.pending)
+	for _, g := range b.groups {
+		queued(g.pending)
 	}
 	b.mu.Unlock()
 }
@@ -371,7 +549,7 @@ func (batchSlot) Handle(ctx context.Context, m *handler.Message) error {
 // batchGroup is one batch: the messages still in their chains (active),
 // and those of them waiting at the slot for the next round.
 type batchGroup struct {
-	bh  handler.BatchHandler
+	b   *batcher
 	ctx context.Context
 
 	mu      sync.Mutex
@@ -432,21 +610,24 @@ func (g *batchGroup) run(round []*batchCall) {
 	// In arrival order, whatever order the chains reached the slot in.
 	slices.SortFunc(round, func(a, b *batchCall) int { return a.idx - b.idx })
 	msgs := make([]*handler.Message, len(round))
+	ctxs := make([]context.Context, len(round))
 	var deadline time.Time
 	for i, c := range round {
-		msgs[i] = c.m
+		msgs[i], ctxs[i] = c.m, c.ctx
 		if d, ok := c.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 			deadline = d
 		}
 	}
-	ctx := g.ctx
+	ctx := handler.NewBatchContext(g.ctx, msgs, ctxs)
 	if !deadline.IsZero() {
 		// The earliest attempt deadline of the round (middleware.Timeout's).
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
+	w := g.b.watch(msgs)
 	err := g.call(ctx, msgs)
+	g.b.unwatch(w)
 	for i, c := range round {
 		c.done <- handler.BatchResult(err, i, len(round))
 	}
@@ -458,5 +639,95 @@ func (g *batchGroup) call(ctx context.Context, msgs []*handler.Message) (err err
 			err = &handler.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return g.bh.HandleBatch(ctx, msgs)
+	return g.b.bh.HandleBatch(ctx, msgs)
+}
+
+// stuckNamed bounds how many message IDs, and keys, the stuck watch's line
+// about a batch call names.
+const stuckNamed = 10
+
+// batchWatch is one batch handler call running, as the stuck watch sees
+// it.
+type batchWatch struct {
+	start time.Time
+	msgs  []*handler.Message // the call's; read by the watch only while registered
+
+	// Guarded by batcher.callMu.
+	ids, keys []string  // up to stuckNamed of msgs', copied when first reported
+	stuck     bool      // reported as stuck
+	logged    time.Time // when last reported
+}
+
+// watch registers a batch handler call with the stuck watch.
+func (b *batcher) watch(msgs []*handler.Message) *batchWatch {
+	w := &batchWatch{start: time.Now(), msgs: msgs}
+	b.callMu.Lock()
+	b.calls[w] = struct{}{}
+	b.callMu.Unlock()
+	return w
+}
+
+// unwatch notes that the call returned.
+func (b *batcher) unwatch(w *batchWatch) {
+	b.callMu.Lock()
+	delete(b.calls, w)
+	stuck := w.stuck
+	b.callMu.Unlock()
+	if stuck {
+		b.s.log.Info("ferry: stuck handler call returned",
+			"batch", len(w.msgs), "ids", w.ids, "keys", w.keys, "after", time.Since(w.start).Round(time.Millisecond))
+	}
+}
+
+// checkStuck reports the batch calls that have run longer than after, at
+// most once per after each, as the watch does single calls.
+func (b *batcher) checkStuck(now time.Time, after time.Duration) {
+	var report []*batchWatch
+	b.callMu.Lock()
+	for w := range b.calls {
+		if now.Sub(w.start) < after {
+			continue
+		}
+		if !w.stuck || now.Sub(w.logged) >= after {
+			if !w.stuck {
+				w.ids, w.keys = nameBatch(w.msgs)
+			}
+			w.logged = now
+			report = append(report, w)
+		}
+		w.stuck = true
+	}
+	b.callMu.Unlock()
+	for _, w := range report {
+		b.s.log.Warn("ferry: handler call stuck; a batch call: its messages' keys are stalled until it returns",
+			"group", b.s.spec.Group, "batch", len(w.msgs), "ids", w.ids, "keys", w.keys,
+			"running", now.Sub(w.start).Round(time.Millisecond))
+	}
+}
+
+// nameBatch returns up to stuckNamed of msgs' IDs, and of their distinct
+// non-empty keys, in batch order.
+func nameBatch(msgs []*handler.Message) (ids, keys []string) {
+	for _, m := range msgs {
+		if len(ids) < stuckNamed {
+			ids = append(ids, m.ID)
+		}
+		if len(keys) < stuckNamed && m.Key != "" && !slices.Contains(keys, m.Key) {
+			keys = append(keys, m.Key)
+		}
+	}
+	return ids, keys
+}
+
+// callCounts returns how many batch handler calls run, and how many of
+// them the watch reported as stuck.
+func (b *batcher) callCounts() (running, stuck int) {
+	b.callMu.Lock()
+	defer b.callMu.Unlock()
+	for w := range b.calls {
+		if w.stuck {
+			stuck++
+		}
+	}
+	return len(b.calls), stuck
 }

@@ -3,6 +3,7 @@ package ferry_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,37 @@ func ExampleRouter_AddBatch() {
 	<-done
 	_ = r.Close(ctx)
 	// Output: a batch of 4, 1 failed
+}
+
+// With BatchPerKey a batch holds one key's messages, in order: here each
+// order's events fold into one update.
+func ExampleBatchPerKey() {
+	ctx := context.Background()
+	broker, _ := memory.New(ctx, "memory://")
+	defer broker.Close(ctx)
+	for _, e := range []string{"order-1 placed", "order-2 placed", "order-1 paid", "order-2 cancelled", "order-1 shipped", "order-2 refunded"} {
+		key, event, _ := strings.Cut(e, " ")
+		_ = broker.Publish(ctx, &handler.Message{ID: e, Key: key, Topic: "order-events", Payload: []byte(event)})
+	}
+	updates := make(chan string, 2)
+	fold := handler.BatchHandlerFunc(func(ctx context.Context, msgs []*handler.Message) error {
+		events := make([]string, len(msgs))
+		for i, m := range msgs {
+			events[i] = string(m.Payload)
+		}
+		updates <- msgs[0].Key + ": " + strings.Join(events, ", ")
+		return nil
+	})
+	r, _ := ferry.NewRouter()
+	sub := transport.Subscription{Topic: "order-events", StartAtOldest: true}
+	_ = r.AddBatch("orders", broker, sub, nil, fold, ferry.BatchPerKey(), ferry.BatchSize(3), ferry.BatchWait(time.Minute))
+	go func() { _ = r.Run(ctx) }()
+	fmt.Println(<-updates)
+	fmt.Println(<-updates)
+	_ = r.Close(ctx)
+	// Unordered output:
+	// order-1: placed, paid, shipped
+	// order-2: placed, cancelled, refunded
 }
 
 // PublishAfter publishes a message for later: with the broker's own delay

@@ -61,6 +61,7 @@ type subConfig struct {
 	dlqSet      bool
 	batchSize   int           // AddBatch (batch.go)
 	batchWait   time.Duration // AddBatch
+	batchPerKey bool          // AddBatch
 	batchSet    bool
 }
 

@@ -88,6 +88,9 @@ func (s *subscription) checkStuck(now time.Time) {
 		}
 		o.stuck = true
 	}
+	if s.batch != nil {
+		s.batch.checkStuck(now, after)
+	}
 }
 
 // stuckCalls counts the calls reported as stuck that are still running.
@@ -100,6 +103,10 @@ func (s *subscription) stuckCalls() int {
 		if o.stuck && s.calling(w) == o.m && w.watched.Load() {
 			n++
 		}
+	}
+	if s.batch != nil {
+		_, stuck := s.batch.callCounts()
+		n += stuck
 	}
 	return n
 }
@@ -115,7 +122,8 @@ type SubscriptionStats struct {
 	// key, or held for a retry delay), plus the one slot the intake takes
 	// while it waits for the next delivery.
 	InFlight int
-	// Running is the number of handler calls running now.
+	// Running is the number of handler calls running now (on
+	// [Router.AddBatch], the batch handler calls).
 	Running int
 	// Stuck is the number of handler calls running longer than
 	// [StuckAfter]. Each stalls its key until it returns; see "Stuck
@@ -170,6 +178,10 @@ func (s *subscription) stats() SubscriptionStats {
 		} else if s.calling(w) != nil {
 			st.Running++
 		}
+	}
+	if s.batch != nil {
+		running, _ := s.batch.callCounts() // the batch calls; their messages' chains are not counted
+		st.Running += running
 	}
 	st.Stuck = s.stuckCalls()
 	if s.perKey {

@@ -50,7 +50,7 @@ type subscription struct {
 
 	stream     transport.Stream
 	semantics  transport.Semantics
-	perKey     bool
+	perKey     bool            // keys are sequenced through the shards; false under BatchPerKey, whose batcher sequences them
 	handlerCtx context.Context // the Router's handler context plus Semantics
 	dlq        string          // the DLQ named in StreamInfo
 
@@ -215,6 +215,13 @@ func (s *subscription) start(intakeCtx, handlerCtx context.Context, tel *telemet
 	s.workers = make([]worker, s.cfg.concurrency)
 	s.obs = make([]observation, s.cfg.concurrency)
 	s.done = make(chan struct{})
+	// Before the workers and the batcher start: they read s.tel.
+	if tel != nil {
+		s.tel = tel.Consumer(telemetry.ConsumerInfo{
+			Subscription: s.name, Group: s.spec.Group, Topic: s.spec.Topic, Transport: s.semantics.Transport,
+		})
+		s.stopGauges = s.tel.Observe(s.consumerState)
+	}
 	s.wg.Add(len(s.workers))
 	if s.batch != nil {
 		s.batch.start(s)
@@ -225,12 +232,6 @@ func (s *subscription) start(intakeCtx, handlerCtx context.Context, tel *telemet
 		go s.work(w)
 	}
 	s.progressAt = time.Now()
-	if tel != nil {
-		s.tel = tel.Consumer(telemetry.ConsumerInfo{
-			Subscription: s.name, Group: s.spec.Group, Topic: s.spec.Topic, Transport: s.semantics.Transport,
-		})
-		s.stopGauges = s.tel.Observe(s.consumerState)
-	}
 	s.started.Store(true)
 	go s.watch()
 	go s.watchStuck()

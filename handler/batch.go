@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 )
 
 // A BatchHandler handles messages in batches: many rows in one statement,
@@ -31,7 +32,8 @@ import (
 //     their effects must not be done.
 //   - ctx is the batch's context: it carries the stream's information and
 //     the dedupe transaction of the batch (middleware.DedupeBatch), never
-//     a single message's values.
+//     a single message's values. [MessageContext] returns a message's own
+//     context, to record something about that message alone.
 type BatchHandler interface {
 	HandleBatch(ctx context.Context, msgs []*Message) error
 }
@@ -43,6 +45,57 @@ type BatchHandlerFunc func(ctx context.Context, msgs []*Message) error
 // HandleBatch calls f(ctx, msgs).
 func (f BatchHandlerFunc) HandleBatch(ctx context.Context, msgs []*Message) error {
 	return f(ctx, msgs)
+}
+
+// batchKey is the context key of a batch's messages' contexts.
+type batchKey struct{}
+
+// batchContexts is what [NewBatchContext] puts in a batch's context.
+type batchContexts struct {
+	msgs []*Message
+	ctxs []context.Context
+	hint atomic.Int32 // the index after the last one found: lookups in order cost one comparison
+}
+
+// NewBatchContext returns a context derived from ctx for a call of
+// HandleBatch with msgs, carrying each message's own context: ctxs[i] is
+// msgs[i]'s, the context its per-message middleware and the Router's
+// telemetry run with. It is for what runs batch handlers
+// (ferry.Router.AddBatch does); handlers and batch middleware read it with
+// [MessageContext]. msgs and ctxs must have the same length and are kept
+// until the call returns; it costs one allocation.
+func NewBatchContext(ctx context.Context, msgs []*Message, ctxs []context.Context) context.Context {
+	if len(msgs) != len(ctxs) {
+		panic(fmt.Sprintf("handler: NewBatchContext: %d messages and %d contexts", len(msgs), len(ctxs)))
+	}
+	return context.WithValue(ctx, batchKey{}, &batchContexts{msgs: msgs, ctxs: ctxs})
+}
+
+// MessageContext returns m's own context in the batch whose context is
+// ctx (see [NewBatchContext]): it carries the values of m's call alone,
+// such as its telemetry span, so that middleware around a batch handler
+// can record something about one message (telemetry.Mark(
+// handler.MessageContext(ctx, m), ...) counts a duplicate, say). It
+// returns ctx itself when ctx carries no batch's contexts (a batch handler
+// called outside a Router) or m is not one of the batch's messages. Do the
+// batch's work with ctx, not with this: its deadline is m's attempt's. It
+// may be called concurrently; finding the messages in batch order costs
+// one comparison each, out of order a scan of the batch.
+func MessageContext(ctx context.Context, m *Message) context.Context {
+	bc, ok := ctx.Value(batchKey{}).(*batchContexts)
+	if !ok {
+		return ctx
+	}
+	n := len(bc.msgs)
+	start := int(bc.hint.Load())
+	for k := range n {
+		i := (start + k) % n
+		if bc.msgs[i] == m {
+			bc.hint.Store(int32(i + 1))
+			return bc.ctxs[i]
+		}
+	}
+	return ctx
 }
 
 // BatchMiddleware wraps a BatchHandler in another, as [Middleware] wraps a

@@ -65,7 +65,8 @@ func (c *Call) Result() []byte {
 // carries this result (the middleware passes it to its duplicate hook, to
 // re-send a reply, say). The last call wins; result is copied. It returns
 // [ErrNotInDedupe] if ctx does not come from the dedupe middleware. It may
-// be called concurrently.
+// be called concurrently. A batch handler under the batch dedupe
+// middleware uses [SetBatchResult] instead.
 func SetResult(ctx context.Context, result []byte) error {
 	c, ok := FromContext(ctx)
 	if !ok {

@@ -35,7 +35,9 @@
 // claim and effect commit together or not at all, and no crash can apply
 // an effect twice. The handler takes the transaction from its context with
 // its store's typed accessor (pgstore.Tx(ctx)); [TxFromContext] and
-// [SetResult] are the store-independent accessors.
+// [SetResult] are the store-independent accessors. A batch handler's
+// claims share one transaction ([BatchTxStore]); it stores a result per
+// message with [SetBatchResult].
 //
 // # Stores
 //

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/idempotency"
+	"github.com/ferrymq/ferry/telemetry"
 )
 
 // DedupeBatch returns the batch form of [Dedupe], for a batch handler run
@@ -35,7 +38,16 @@ import (
 // Store.Claim before the batch, then completed or released after it, one
 // call per message.
 //
-// [idempotency.SetResult] has no batch form: duplicates carry no result.
+// The batch handler stores a result with a message's key with
+// [idempotency.SetBatchResult] (the batch form of SetResult): committed
+// with the claim (transactional mode) or given to Complete (lease mode)
+// when the message succeeds; a later duplicate's hook ([OnDuplicate])
+// gets it. Telemetry is per message, as from Dedupe: a duplicate's
+// handler call is marked (telemetry.Mark on [handler.MessageContext]), so
+// the Router counts it settled as "duplicate" and its span has a
+// "duplicate" event, and a key in progress elsewhere adds a
+// "dedupe_in_progress" event to its message's span.
+//
 // Where it goes: around the batch handler, with the per-message middleware
 // (retry, dead-letter, parking) given to AddBatch; a message retried there
 // is claimed again in the batch it joins. Options are those of [Dedupe];
@@ -136,10 +148,13 @@ func (h *dedupeBatch) HandleBatch(ctx context.Context, msgs []*handler.Message) 
 			run = append(run, i)
 			owned = append(owned, j)
 		case idempotency.Done:
+			telemetry.Mark(handler.MessageContext(ctx, m), telemetry.OutcomeDuplicate, nil)
 			if h.cfg.onDuplicate != nil {
 				h.cfg.onDuplicate(m, c.Result)
 			}
 		case idempotency.InProgress:
+			telemetry.Event(handler.MessageContext(ctx, m), "dedupe_in_progress",
+				attribute.String("ferry.dedupe.until", c.Until.UTC().Format(time.RFC3339Nano)))
 			if h.cfg.onInProgress != nil {
 				h.cfg.onInProgress(m, c.Until)
 			}
@@ -157,17 +172,15 @@ func (h *dedupeBatch) HandleBatch(ctx context.Context, msgs []*handler.Message) 
 		for k, i := range run {
 			sub[k] = msgs[i]
 		}
-		hctx := ctx
-		if tx != nil {
-			hctx = idempotency.NewBatchContext(ctx, tx)
-		}
+		hctx := idempotency.NewBatchContext(ctx, sub, tx)
+		call, _ := idempotency.BatchFromContext(hctx)
 		herr := h.next.HandleBatch(hctx, sub)
 		for k, i := range run {
 			if err := handler.BatchResult(herr, k, len(run)); err != nil {
 				fail(i, err)
 			}
 		}
-		h.finish(ctx, tx, msgs, keys, claimIdx, claims, owned, errs, herr, fail)
+		h.finish(ctx, call, msgs, keys, claimIdx, claims, owned, errs, herr, fail)
 	} else if tx != nil {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.finish)
 		defer cancel()
@@ -181,11 +194,11 @@ func (h *dedupeBatch) HandleBatch(ctx context.Context, msgs []*handler.Message) 
 
 // finish settles the New claims after the handler: one commit (or
 // rollback) in transactional mode, Complete or Release per key otherwise.
-func (h *dedupeBatch) finish(ctx context.Context, tx idempotency.BatchTx, msgs []*handler.Message, keys []string, claimIdx []int,
+func (h *dedupeBatch) finish(ctx context.Context, call *idempotency.BatchCall, msgs []*handler.Message, keys []string, claimIdx []int,
 	claims []idempotency.Claim, owned []int, errs []error, herr error, fail func(int, error)) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.finish)
 	defer cancel()
-	if tx != nil {
+	if tx := call.Tx(); tx != nil {
 		if herr != nil && !isBatchError(herr) {
 			if err := tx.Rollback(fctx); err != nil {
 				h.finishError(msgs[claimIdx[owned[0]]], err)
@@ -193,12 +206,19 @@ func (h *dedupeBatch) finish(ctx context.Context, tx idempotency.BatchTx, msgs [
 			return
 		}
 		var release []string
+		var results map[string][]byte
 		for _, j := range owned {
-			if errs[claimIdx[j]] != nil {
+			i := claimIdx[j]
+			if errs[i] != nil {
 				release = append(release, keys[j])
+			} else if r := call.Result(msgs[i]); r != nil {
+				if results == nil {
+					results = make(map[string][]byte)
+				}
+				results[keys[j]] = r
 			}
 		}
-		if err := tx.Commit(fctx, release); err != nil {
+		if err := tx.Commit(fctx, release, results); err != nil {
 			for _, j := range owned {
 				i := claimIdx[j]
 				if errs[i] == nil {
@@ -214,7 +234,7 @@ func (h *dedupeBatch) finish(ctx context.Context, tx idempotency.BatchTx, msgs [
 		if errs[i] != nil {
 			err = h.store.Release(fctx, keys[j], claims[j].Token)
 		} else {
-			err = h.store.Complete(fctx, keys[j], claims[j].Token, nil)
+			err = h.store.Complete(fctx, keys[j], claims[j].Token, call.Result(msgs[i]))
 		}
 		if err != nil {
 			h.finishError(msgs[i], err)

@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -9,13 +10,20 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/idempotency"
 	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/store/memstore"
 	"github.com/ferrymq/ferry/store/pgstore"
+	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
@@ -201,5 +209,137 @@ func TestDedupeBatchFailures(t *testing.T) {
 	}
 	if tries["e7"] != 2 || tries["e17"] != 2 {
 		t.Errorf("e7 tried %d times, e17 %d; want 2 (the failure, then the retry)", tries["e7"], tries["e17"])
+	}
+}
+
+// TestDedupeBatchResults: a result set per message with
+// idempotency.SetBatchResult is stored with its key when the message
+// succeeds, in both modes (the inbox's one commit, and Complete in lease
+// mode), and handed to OnDuplicate with each later duplicate; a message
+// that failed stores nothing and is handled again. SetBatchResult outside
+// the batch dedupe middleware, or for a message not of the batch, is
+// refused with ErrNotInDedupe.
+func TestDedupeBatchResults(t *testing.T) {
+	ctx := context.Background()
+	if err := idempotency.SetBatchResult(ctx, &handler.Message{ID: "x"}, nil); !errors.Is(err, idempotency.ErrNotInDedupe) {
+		t.Errorf("SetBatchResult outside dedupe = %v, want ErrNotInDedupe", err)
+	}
+	db := testenv.Postgres(t, 4)
+	table := strings.ReplaceAll(transporttest.UniqueName(t, "batch_results"), "-", "_")
+	if err := pgstore.MigrateIdempotency(ctx, db, table); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.Exec(context.Background(), `DROP TABLE `+table) })
+	stores := map[string]idempotency.Store{
+		"inbox": must(pgstore.NewInbox(db, pgstore.Table(table))),
+		"lease": must(memstore.NewStore()),
+	}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			dupes := map[string]string{}
+			dd := must(middleware.DedupeBatch(store, middleware.OnDuplicate(func(m *handler.Message, result []byte) {
+				dupes[m.ID] = string(result)
+			})))
+			var handled []string
+			r2failed := false
+			bh := dd(handler.BatchHandlerFunc(func(ctx context.Context, msgs []*handler.Message) error {
+				if err := idempotency.SetBatchResult(ctx, &handler.Message{ID: "stranger"}, nil); !errors.Is(err, idempotency.ErrNotInDedupe) {
+					t.Errorf("SetBatchResult for a message not of the batch = %v, want ErrNotInDedupe", err)
+				}
+				fail := map[int]error{}
+				for i, m := range msgs {
+					handled = append(handled, m.ID)
+					if err := idempotency.SetBatchResult(ctx, m, []byte("reply to "+m.ID)); err != nil {
+						t.Error(err)
+					}
+					if m.ID == "r2" && !r2failed {
+						r2failed = true
+						fail[i] = errors.New("r2 fails once")
+					}
+				}
+				return handler.BatchErrors(len(msgs), fail)
+			}))
+			batch := func() []*handler.Message {
+				var ms []*handler.Message
+				for i := range 4 {
+					ms = append(ms, &handler.Message{ID: fmt.Sprintf("r%d", i), Topic: "t"})
+				}
+				return ms
+			}
+			if err := bh.HandleBatch(ctx, batch()); handler.BatchResult(err, 2, 4) == nil || handler.BatchResult(err, 0, 4) != nil {
+				t.Fatalf("the first batch returned %v, want r2 alone failed", err)
+			}
+			if err := bh.HandleBatch(ctx, batch()); err != nil {
+				t.Fatalf("the second batch returned %v", err)
+			}
+			if got, want := fmt.Sprint(handled), "[r0 r1 r2 r3 r2]"; got != want {
+				t.Errorf("handled %s, want %s: the duplicates skipped, r2 handled again", got, want)
+			}
+			if got, want := fmt.Sprint(dupes), "map[r0:reply to r0 r1:reply to r1 r3:reply to r3]"; got != want {
+				t.Errorf("OnDuplicate got %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+// TestDedupeBatchTelemetry: duplicates skipped by DedupeBatch are marked
+// on their own handler calls, as Dedupe marks them: of 10 messages and
+// then the same 10 IDs again, the Router counts exactly 10 settled as
+// "ack" and 10 as "duplicate", and exactly 10 spans carry a "duplicate"
+// event.
+func TestDedupeBatchTelemetry(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(spans))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() {
+		_ = tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+	tel := must(telemetry.New(telemetry.WithTracerProvider(tp), telemetry.WithMeterProvider(mp)))
+	dd := must(middleware.DedupeBatch(must(memstore.NewStore())))
+	bh := dd(handler.BatchHandlerFunc(func(context.Context, []*handler.Message) error { return nil }))
+	b := newBroker(t)
+	const topic = "dedupe-batch-tel"
+	r := must(ferry.NewRouter(ferry.WithLogger(slog.New(slog.NewTextHandler(tbWriter{t}, nil))), ferry.WithTelemetry(tel), ferry.LagInterval(0)))
+	if err := r.AddBatch("tel", b, sub(topic, "tel"), nil, bh, ferry.BatchWait(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	ferrytest.Start(t, r)
+	for round := range 2 {
+		for i := range 10 {
+			publish(t, b, &handler.Message{ID: fmt.Sprintf("e%d", i), Key: fmt.Sprintf("k%d", i), Topic: topic})
+		}
+		waitFor(t, "the round settled", func() bool { return r.Stats()[0].Settled == uint64(10*(round+1)) })
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	settled := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "ferry_messages_settled" {
+				for _, p := range s.DataPoints {
+					o, _ := p.Attributes.Value("outcome")
+					settled[o.AsString()] += p.Value
+				}
+			}
+		}
+	}
+	if got, want := fmt.Sprint(settled), "map[ack:10 duplicate:10]"; got != want {
+		t.Errorf("settled %s, want %s", got, want)
+	}
+	waitFor(t, "20 spans", func() bool { return len(spans.Ended()) >= 20 })
+	marked := 0
+	for _, s := range spans.Ended() {
+		for _, e := range s.Events() {
+			if e.Name == "duplicate" {
+				marked++
+			}
+		}
+	}
+	if marked != 10 {
+		t.Errorf("%d duplicate events on the spans, want 10", marked)
 	}
 }

@@ -41,11 +41,11 @@ func init() {
 			Name: "dedupe-batch-runs-duplicates", // a duplicate in a batch reaches the handler
 			Pkg:  "./middleware", File: "middleware/dedupe_batch.go",
 			Find: `		case idempotency.Done:
-			if h.cfg.onDuplicate != nil {`,
+			telemetry.Mark(`,
 			Replace: `		case idempotency.Done:
 			run = append(run, i)
 			owned = append(owned, j)
-			if h.cfg.onDuplicate != nil {`,
+			telemetry.Mark(`,
 			Run:      "^TestDedupeBatchInbox$",
 			Want:     "reached the handler again",
 			Requires: postgres,
@@ -101,6 +101,60 @@ func init() {
 	for w := range map[*worker]struct{}{} {`,
 			Run:  "^TestBatchShutdown$",
 			Want: "want the running batch's 5 messages",
+		},
+		{
+			Name: "batch-per-key-mixes-keys", // BatchPerKey files every delivery in one group: batches mix keys
+			Pkg:  ".", File: "batch.go",
+			Find: `	key := d.Message().Key
+	g := b.groups[key]`,
+			Replace: `	key := ""
+	g := b.groups[key]`,
+			Run:  "^TestBatchPerKeyBatches$",
+			Want: "a batch holds keys",
+		},
+		{
+			Name: "batch-per-key-reorders", // a key's batch holds its messages out of arrival order
+			Pkg:  ".", File: "batch.go",
+			Find: `		g.pending, ds = take(g.pending, b.size)`,
+			Replace: `		g.pending, ds = take(g.pending, b.size)
+		slices.Reverse(ds)`,
+			Run:  "^TestBatchPerKeyBatches$",
+			Want: ": seq ",
+		},
+		{
+			Name: "batch-per-key-overlaps", // a key's next batch runs before the one before it settled
+			Pkg:  ".", File: "batch.go",
+			Find:    `		b.perKey, b.serial = true, s.perKey`,
+			Replace: `		b.perKey, b.serial = true, false`,
+			Run:     "^TestBatchPerKeyBatches$",
+			Want:    "key k",
+		},
+		{
+			Name: "batch-stuck-unwatched", // the stuck watch does not look at batch calls
+			Pkg:  ".", File: "stuck.go",
+			Find: `	if s.batch != nil {
+		s.batch.checkStuck(now, after)
+	}`,
+			Replace: ``,
+			Run:     "^TestBatchStuckCall$",
+			Want:    "timed out waiting for 2 stuck lines",
+		},
+		{
+			Name: "dedupe-batch-marks-batch", // a duplicate is marked on the batch's context, not its own call: counted "ack"
+			Pkg:  "./middleware", File: "middleware/dedupe_batch.go",
+			Find:    `			telemetry.Mark(handler.MessageContext(ctx, m), telemetry.OutcomeDuplicate, nil)`,
+			Replace: `			telemetry.Mark(ctx, telemetry.OutcomeDuplicate, nil)`,
+			Run:     "^TestDedupeBatchTelemetry$",
+			Want:    "settled map[ack:20]",
+		},
+		{
+			Name: "dedupe-batch-drops-results", // the inbox commits the claims without the results the handler set
+			Pkg:  "./middleware", File: "middleware/dedupe_batch.go",
+			Find:     `				results[keys[j]] = r`,
+			Replace:  `				results[keys[j]] = nil`,
+			Run:      "^TestDedupeBatchResults$",
+			Want:     "OnDuplicate got map[r0: r1: r3:]",
+			Requires: postgres,
 		},
 	})
 }

@@ -25,7 +25,8 @@ var ErrDuplicateKeys = errors.New("pgstore: a batch claims each key once")
 // of the keys it did not get with one SELECT. It costs three round trips
 // (BEGIN; the lock_timeout and the claims in one batch; the SELECT, only
 // when some key was taken), plus the batch handler's writes, and one or
-// two to finish (the release of failed messages' claims, COMMIT).
+// two to finish (the release of failed messages' claims and the results
+// set with idempotency.SetBatchResult, COMMIT).
 //
 // When another consumer's open transaction holds one of the keys for
 // longer than [LockWait], the whole claim fails on PostgreSQL's lock
@@ -165,13 +166,28 @@ type batchTx struct {
 	tx pgx.Tx
 }
 
-// Commit implements [idempotency.BatchTx].
-func (bt *batchTx) Commit(ctx context.Context, release []string) error {
+// Commit implements [idempotency.BatchTx]: the release and the results
+// go in one round trip (a DELETE and an UPDATE ... FROM unnest(...)),
+// before the COMMIT.
+func (bt *batchTx) Commit(ctx context.Context, release []string, results map[string][]byte) error {
 	s := bt.in.Store
-	if len(release) > 0 {
-		if _, err := bt.tx.Exec(ctx, `DELETE FROM `+s.cfg.table+` WHERE namespace = $1 AND key = ANY($2)`, s.cfg.namespace, release); err != nil {
+	if len(release) > 0 || len(results) > 0 {
+		b := &pgx.Batch{}
+		if len(release) > 0 {
+			b.Queue(`DELETE FROM `+s.cfg.table+` WHERE namespace = $1 AND key = ANY($2)`, s.cfg.namespace, release)
+		}
+		if len(results) > 0 {
+			keys := make([]string, 0, len(results))
+			vals := make([][]byte, 0, len(results))
+			for k, v := range results {
+				keys, vals = append(keys, k), append(vals, v)
+			}
+			b.Queue(`UPDATE `+s.cfg.table+` AS t SET result = u.r FROM unnest($2::text[], $3::bytea[]) AS u(k, r)
+WHERE t.namespace = $1 AND t.key = u.k`, s.cfg.namespace, keys, vals)
+		}
+		if err := bt.tx.SendBatch(ctx, b).Close(); err != nil {
 			_ = bt.tx.Rollback(ctx)
-			return fmt.Errorf("pgstore: release %d failed claims of a batch: %w", len(release), err)
+			return fmt.Errorf("pgstore: release %d failed claims and store %d results of a batch: %w", len(release), len(results), err)
 		}
 	}
 	if err := bt.tx.Commit(ctx); err != nil {
