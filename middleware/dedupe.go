@@ -25,11 +25,10 @@ const (
 	// lease about to end does not make the message loop hot.
 	MinInProgressDelay = 10 * time.Millisecond
 
-	// InProgressHold is how long [Dedupe] waits in process, at most, for a
-	// key in progress elsewhere before it hands the message back: while
-	// the holder's lease ends within it, Dedupe waits for that end and
-	// claims again, so that the broker counts no delivery for the wait.
-	InProgressHold = 5 * time.Second
+	// DefaultInProgressHold is how long [Dedupe] waits in process, at
+	// most, for a key in progress elsewhere before it hands the message
+	// back (see [InProgressHold]).
+	DefaultInProgressHold = 5 * time.Second
 )
 
 // layerDedupe marks Dedupe in the chain's scope (see order.go). It sits
@@ -112,6 +111,7 @@ type dedupeConfig struct {
 	key           func(*handler.Message) string
 	allowEmpty    bool
 	maxWait       time.Duration
+	hold          time.Duration
 	failureDelay  time.Duration
 	finish        time.Duration
 	onDuplicate   func(m *handler.Message, result []byte)
@@ -161,6 +161,36 @@ func MaxInProgressDelay(d time.Duration) DedupeOption {
 		}
 		c.maxWait = d
 	})
+}
+
+// InProgressHold sets how long [Dedupe] waits in process, at most, for a
+// key in progress elsewhere before it hands the message back, overriding
+// 5s ([DefaultInProgressHold]): while the holder's lease ends within it,
+// Dedupe waits for that end and claims again, so that the broker counts
+// no delivery for the wait. With the PostgreSQL inbox each claim itself
+// waits up to its LockWait for the holder's transaction. 0 hands the
+// message back at once (a delivery Retry counts, in whichever process
+// gets it next). d must not be negative.
+func InProgressHold(d time.Duration) DedupeOption {
+	return dedupeOption(func(c *dedupeConfig) {
+		if d < 0 {
+			c.failf("InProgressHold(%s): want 0 or more", d)
+			return
+		}
+		c.hold = d
+	})
+}
+
+// newDedupeConfig applies opts over the defaults, for [Dedupe] and
+// [DedupeBatch].
+func newDedupeConfig(opts []DedupeOption) (dedupeConfig, error) {
+	c := dedupeConfig{key: messageID, hold: DefaultInProgressHold, failureDelay: DefaultStoreFailureDelay, finish: DefaultFinishTimeout}
+	for _, o := range opts {
+		if o != nil {
+			o.applyDedupe(&c)
+		}
+	}
+	return c, c.err
 }
 
 // StoreFailureDelay sets the Nack delay [Dedupe] asks for when its store
@@ -301,14 +331,9 @@ func messageID(m *handler.Message) string { return m.ID }
 // It returns an error wrapping [ErrInvalidOption] if store is nil or an
 // option is invalid.
 func Dedupe(store idempotency.Store, opts ...DedupeOption) (handler.Middleware, error) {
-	c := dedupeConfig{key: messageID, failureDelay: DefaultStoreFailureDelay, finish: DefaultFinishTimeout}
-	for _, o := range opts {
-		if o != nil {
-			o.applyDedupe(&c)
-		}
-	}
-	if c.err != nil {
-		return nil, c.err
+	c, err := newDedupeConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	if store == nil {
 		return nil, fmt.Errorf("%w: Dedupe needs a store", ErrInvalidOption)
@@ -399,7 +424,7 @@ func (h *dedupeHandler) Handle(ctx context.Context, m *handler.Message) error {
 		// broker delivery, which Retry counts as a spent attempt in
 		// whichever process gets the message next.
 		d := h.inProgressDelay(claim)
-		if time.Since(start)+d > InProgressHold {
+		if time.Since(start)+d > h.cfg.hold {
 			break
 		}
 		h.reportInProgress(ctx, m, claim)

@@ -54,14 +54,9 @@ import (
 // DedupeBatch returns an error wrapping [ErrInvalidOption] if store is nil
 // or an option is invalid.
 func DedupeBatch(store idempotency.Store, opts ...DedupeOption) (handler.BatchMiddleware, error) {
-	c := dedupeConfig{key: messageID, failureDelay: DefaultStoreFailureDelay, finish: DefaultFinishTimeout}
-	for _, o := range opts {
-		if o != nil {
-			o.applyDedupe(&c)
-		}
-	}
-	if c.err != nil {
-		return nil, c.err
+	c, err := newDedupeConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	if store == nil {
 		return nil, fmt.Errorf("%w: DedupeBatch needs a store", ErrInvalidOption)

@@ -233,22 +233,34 @@ func TestDedupe_misordered(t *testing.T) {
 // the lease runs; MaxInProgressDelay caps it.
 func TestDedupe_inProgressWaitsForLease(t *testing.T) {
 	const lease = 10 * time.Second
-	store := memStore(t, memstore.Lease(lease))
-	held, err := store.Claim(context.Background(), "evt-1")
-	if err != nil || held.State != idempotency.New {
-		t.Fatalf("the other consumer's claim = %+v, %v", held, err)
-	}
 	for name, tc := range map[string]struct {
 		opts     []middleware.DedupeOption
 		min, max time.Duration
 	}{
 		"to the lease's end": {nil, lease - 2*time.Second, lease},
 		"capped":             {[]middleware.DedupeOption{middleware.MaxInProgressDelay(50 * time.Millisecond)}, 50 * time.Millisecond, 50 * time.Millisecond},
+		"capped, no hold": {[]middleware.DedupeOption{middleware.MaxInProgressDelay(50 * time.Millisecond), middleware.InProgressHold(0)},
+			50 * time.Millisecond, 50 * time.Millisecond},
 	} {
+		// Each case has a holder of its own: the capped one waits in
+		// process for up to InProgressHold, which would eat into a lease
+		// the two shared.
+		store := memStore(t, memstore.Lease(lease))
+		held, err := store.Claim(context.Background(), "evt-1")
+		if err != nil || held.State != idempotency.New {
+			t.Fatalf("the other consumer's claim = %+v, %v", held, err)
+		}
 		var c countingHandler
 		var until time.Time
 		opts := append(tc.opts, middleware.OnInProgress(func(_ *handler.Message, u time.Time) { until = u }))
-		err := must(middleware.Dedupe(store, opts...))(&c).Handle(context.Background(), order(t, "orders", "evt-1", "o-1"))
+		start := time.Now()
+		err = must(middleware.Dedupe(store, opts...))(&c).Handle(context.Background(), order(t, "orders", "evt-1", "o-1"))
+		// The capped delay ends well within the hold: Dedupe waits in
+		// process, claiming again, for the hold (5s), unless it is 0.
+		if took := time.Since(start); name == "capped" && took < middleware.DefaultInProgressHold-time.Second ||
+			name == "capped, no hold" && took > time.Second {
+			t.Errorf("%s: handed back after %s", name, took)
+		}
 		var ip *middleware.InProgressError
 		d, ok := handler.RetryDelay(err)
 		if !errors.As(err, &ip) || !errors.Is(err, middleware.ErrRedeliver) || !ok || c.count("evt-1") != 0 {
@@ -274,6 +286,7 @@ func TestDedupe_invalidOptions(t *testing.T) {
 		"tiny max delay":   {middleware.MaxInProgressDelay(time.Microsecond)},
 		"negative failure": {middleware.StoreFailureDelay(-1)},
 		"zero finish":      {middleware.FinishTimeout(0)},
+		"negative hold":    {middleware.InProgressHold(-1)},
 	} {
 		if _, err := middleware.Dedupe(memStore(t), opts...); !errors.Is(err, middleware.ErrInvalidOption) {
 			t.Errorf("%s: %v, want ErrInvalidOption", name, err)

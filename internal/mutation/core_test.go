@@ -146,8 +146,8 @@ func init() {
 		{
 			Name: "deadletter-unmarked", // DeadLetter does not check what is outside it (issue 28 item 1)
 			Pkg:  "./middleware", File: "middleware/deadletter.go",
-			Find:    `	if outer != 0 {`,
-			Replace: `	if outer&(layerRetry|layerPark) != 0 {`,
+			Find:    `	if c.outer != 0 {`,
+			Replace: `	if c.outer&(layerRetry|layerPark) != 0 {`,
 			Run:     "^TestChainOrder$/^Dedupe>DeadLetter>Retry$", // of its 1956 chains, the one that loses a message
 			Want:    "--- FAIL: TestChainOrder/Dedupe>DeadLetter>Retry ",
 		},
@@ -230,7 +230,7 @@ func init() {
 		{
 			Name: "dedupe-hands-back-at-once", // a key in progress for a moment is handed back, a broker delivery the next consumer's Retry counts
 			Pkg:  "./middleware", File: "middleware/dedupe.go",
-			Find:    `		if time.Since(start)+d > InProgressHold {`,
+			Find:    `		if time.Since(start)+d > h.cfg.hold {`,
 			Replace: `		if time.Since(start) >= 0 {`,
 			Run:     "^TestDedupe_inProgressAcrossConsumers$",
 			Want:    "want it handled once, no dead letter",
