@@ -17,6 +17,9 @@ func TestDeadLetterSharesNothingAndReadsBack(t *testing.T) {
 	m.SetFacts(handler.Facts{Attempt: 2, Subscription: "inventory", Group: "inv", Partition: 3, Offset: 42, BrokerID: "3/42"})
 	at := time.Unix(0, 5).UTC()
 	dl := transport.NewDeadLetter(m, handler.Permanentf("fresh"), at).Message(m, "inv.dlq")
+	if dl.Headers["a"] != "1" || dl.Key != "order-1" {
+		t.Fatalf("dead letter lost the original's key or headers: key %q, headers %v", dl.Key, dl.Headers)
+	}
 	dl.Headers["a"] = "changed"
 	dl.Payload[0] = 'X'
 	if m.Headers["a"] != "1" || m.Payload[0] != '{' || m.Headers[transport.HeaderError] != "stale" {

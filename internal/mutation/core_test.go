@@ -126,22 +126,22 @@ func init() {
 		},
 		{
 			Name: "deadletter-loses-key",
-			Pkg:  "./middleware", File: "transport/deadletter.go",
+			Pkg:  "./transport", File: "transport/deadletter.go",
 			Find:    `	dl := &handler.Message{ID: m.ID, Key: m.Key, Topic: dlq}`,
 			Replace: `	dl := &handler.Message{ID: m.ID, Topic: dlq}`,
-			Run:     "^TestRouter_permanentToDLQ$",
-			Want:    "dead letter changed the message",
+			Run:     "^TestDeadLetterSharesNothingAndReadsBack$",
+			Want:    "dead letter lost the original's key or headers",
 		},
 		{
 			Name: "deadletter-loses-headers",
-			Pkg:  "./middleware", File: "transport/deadletter.go",
+			Pkg:  "./transport", File: "transport/deadletter.go",
 			Find: `	for k, v := range m.Headers {
 		h[k] = v
 	}
 	h[HeaderError] = d.Error`,
 			Replace: `	h[HeaderError] = d.Error`,
-			Run:     "^TestRouter_permanentToDLQ$",
-			Want:    `header traceparent = ""`,
+			Run:     "^TestDeadLetterSharesNothingAndReadsBack$",
+			Want:    "dead letter lost the original's key or headers",
 		},
 		{
 			Name: "deadletter-unmarked", // DeadLetter does not check what is outside it (issue 28 item 1)
