@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
-	"sort"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/benchstat"
 	"github.com/ferrymq/ferry/telemetry"
 	"github.com/ferrymq/ferry/transport/memory"
 )
@@ -237,14 +236,14 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 			}
 			med := map[string]float64{}
 			for _, mode := range modes {
-				med[mode] = median(rates[mode])
+				med[mode] = benchstat.Median(rates[mode])
 				b.ReportMetric(med[mode], mode+"-msgs/s")
-				b.ReportMetric(median(allocs[mode]), mode+"-allocs/msg")
-				b.ReportMetric(median(cpus[mode]), mode+"-cpu-µs/msg")
+				b.ReportMetric(benchstat.Median(allocs[mode]), mode+"-allocs/msg")
+				b.ReportMetric(benchstat.Median(cpus[mode]), mode+"-cpu-µs/msg")
 			}
 			for _, mode := range modes[1:] {
 				b.ReportMetric(med[mode]/med["off"], mode+"/off")
-				b.ReportMetric(median(cpus["off"])/median(cpus[mode]), mode+"/off-by-cpu")
+				b.ReportMetric(benchstat.Median(cpus["off"])/benchstat.Median(cpus[mode]), mode+"/off-by-cpu")
 			}
 		})
 	}
@@ -287,29 +286,16 @@ func routerRate(b *testing.B, n int, payload []byte, fn func(context.Context, *h
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	cpu0 := cpuTime()
+	cpu0 := benchstat.CPUTime()
 	start := time.Now()
 	go r.Run(ctx)
 	<-done
 	elapsed := time.Since(start)
-	cpu1 := cpuTime()
+	cpu1 := benchstat.CPUTime()
 	runtime.ReadMemStats(&after)
 	if err := r.Close(ctx); err != nil {
 		b.Fatal(err)
 	}
 	return float64(n) / elapsed.Seconds(), float64(after.Mallocs-before.Mallocs) / float64(n),
 		float64((cpu1 - cpu0).Microseconds()) / float64(n)
-}
-
-// cpuTime is the process's CPU time so far, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
 }

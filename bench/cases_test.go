@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/benchstat"
 	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/middleware"
 	"github.com/ferrymq/ferry/store/memstore"
@@ -121,35 +121,21 @@ func compare(b *testing.B, partitions, keys int, sides ...side) {
 		}
 	}
 	for k, s := range sides {
-		b.ReportMetric(median(rates[k]), s.name+"-msgs/s")
-		b.ReportMetric(median(allocs[k]), s.name+"-allocs/msg")
+		b.ReportMetric(benchstat.Median(rates[k]), s.name+"-msgs/s")
+		b.ReportMetric(benchstat.Median(allocs[k]), s.name+"-allocs/msg")
 		if k > 0 {
 			ratios := make([]float64, rounds)
 			for r := range rounds {
 				ratios[r] = rates[k][r] / rates[0][r]
 			}
-			b.ReportMetric(median(ratios), s.name+"/"+sides[0].name)
+			b.ReportMetric(benchstat.Median(ratios), s.name+"/"+sides[0].name)
 		}
 	}
 	var log strings.Builder
 	for k, s := range sides {
-		fmt.Fprintf(&log, "%s %v msg/s; ", s.name, rounded(rates[k]))
+		fmt.Fprintf(&log, "%s %v msg/s; ", s.name, benchstat.Rounded(rates[k]))
 	}
 	b.Log(log.String())
-}
-
-func rounded(xs []float64) []int {
-	out := make([]int, len(xs))
-	for i, x := range xs {
-		out[i] = int(x)
-	}
-	return out
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
 }
 
 // plain is a side whose chain is a no-op handler wrapped by mw (nil: none).
@@ -356,3 +342,6 @@ func BenchmarkParkingCost(b *testing.B) {
 		plain("redislot", 10000, with(red), opts...),
 		plain("pglot", 5000, with(pg), opts...))
 }
+
+// median is benchstat.Median under the name settings_test.go still calls.
+func median(xs []float64) float64 { return benchstat.Median(xs) }

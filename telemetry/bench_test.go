@@ -2,7 +2,6 @@ package telemetry_test
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/benchstat"
 	"github.com/ferrymq/ferry/telemetry"
 )
 
@@ -52,7 +52,7 @@ func BenchmarkCall(b *testing.B) {
 			c := tel.Consumer(info)
 			ctx := context.Background()
 			b.ReportAllocs()
-			cpu0 := cpuTime()
+			cpu0 := benchstat.CPUTime()
 			for b.Loop() {
 				tc := c.Active()
 				now := time.Now()
@@ -60,7 +60,7 @@ func BenchmarkCall(b *testing.B) {
 				call := tc.Start(ctx, m, now)
 				call.End(nil, telemetry.OutcomeAck, time.Time{})
 			}
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(benchstat.CPUTime()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
 	b.Run("record", func(b *testing.B) {
@@ -73,38 +73,29 @@ func BenchmarkCall(b *testing.B) {
 			attribute.String("subscription", "shop"), attribute.String("group", "shop"), attribute.String("class", "ok")))}
 		ctx := context.Background()
 		b.ReportAllocs()
-		cpu0 := cpuTime()
+		cpu0 := benchstat.CPUTime()
 		for b.Loop() {
 			h.Record(ctx, 0.0005, opt...)
 		}
-		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(benchstat.CPUTime()-cpu0)/float64(b.N), "cpu-ns/op")
 	})
 	b.Run("clock", func(b *testing.B) {
 		var t time.Time
-		cpu0 := cpuTime()
+		cpu0 := benchstat.CPUTime()
 		for b.Loop() {
 			t = time.Now()
 		}
-		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(benchstat.CPUTime()-cpu0)/float64(b.N), "cpu-ns/op")
 		_ = t
 	})
 	b.Run("since", func(b *testing.B) {
 		start := time.Now()
 		var d time.Duration
-		cpu0 := cpuTime()
+		cpu0 := benchstat.CPUTime()
 		for b.Loop() {
 			d += time.Since(start)
 		}
-		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(benchstat.CPUTime()-cpu0)/float64(b.N), "cpu-ns/op")
 		_ = d
 	})
-}
-
-// cpuTime is the process's CPU time so far, user and system: under a
-// loaded machine's descheduling it measures the work, where ns/op
-// measures the wait too.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

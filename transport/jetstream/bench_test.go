@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"sort"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/benchstat"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
@@ -385,8 +385,8 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 // report logs the rates and reports the medians, and the median of the
 // per-round ratios to raw.
 func report(b *testing.B, what string, n int, raws []float64, others map[string][]float64) {
-	b.ReportMetric(median(raws), what+"-raw-msgs/s")
-	line := fmt.Sprintf("%s, rounds of %d messages: raw %v msg/s", what, n, rounded(raws))
+	b.ReportMetric(benchstat.Median(raws), what+"-raw-msgs/s")
+	line := fmt.Sprintf("%s, rounds of %d messages: raw %v msg/s", what, n, benchstat.Rounded(raws))
 	names := make([]string, 0, len(others))
 	for k := range others {
 		names = append(names, k)
@@ -398,9 +398,9 @@ func report(b *testing.B, what string, n int, raws []float64, others map[string]
 		for i := range xs {
 			ratios[i] = xs[i] / raws[i]
 		}
-		b.ReportMetric(median(xs), what+"-"+name+"-msgs/s")
-		b.ReportMetric(median(ratios), what+"-"+name+"/raw")
-		line += fmt.Sprintf("; %s %v msg/s, ratios %.2f (median %.2f)", name, rounded(xs), ratios, median(ratios))
+		b.ReportMetric(benchstat.Median(xs), what+"-"+name+"-msgs/s")
+		b.ReportMetric(benchstat.Median(ratios), what+"-"+name+"/raw")
+		line += fmt.Sprintf("; %s %v msg/s, ratios %.2f (median %.2f)", name, benchstat.Rounded(xs), ratios, benchstat.Median(ratios))
 	}
 	b.Log(line)
 }
@@ -411,18 +411,11 @@ type stamp struct {
 	cpu  time.Duration
 }
 
-func now() stamp { return stamp{time.Now(), cpuTime()} }
+func now() stamp { return stamp{time.Now(), benchstat.CPUTime()} }
 
 // elapsed is the wall and CPU time since s.
-func (s stamp) elapsed() (wall, cpu time.Duration) { return time.Since(s.wall), cpuTime() - s.cpu }
-
-// cpuTime is the CPU time, user and system, this process (the client; the
-// server is another process) has used: a figure the machine's load
-// disturbs far less than a rate.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+func (s stamp) elapsed() (wall, cpu time.Duration) {
+	return time.Since(s.wall), benchstat.CPUTime() - s.cpu
 }
 
 // cpuPerMsg collects each contender's CPU µs per message, by round.
@@ -440,20 +433,6 @@ func (c cpuPerMsg) add(name string, n int) func(wall, cpu time.Duration) float64
 // report reports each contender's median CPU µs per message.
 func (c cpuPerMsg) report(b *testing.B, what string) {
 	for name, xs := range c {
-		b.ReportMetric(median(xs), what+"-"+name+"-cpu-µs/msg")
+		b.ReportMetric(benchstat.Median(xs), what+"-"+name+"-cpu-µs/msg")
 	}
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}
-
-func rounded(xs []float64) []int {
-	out := make([]int, len(xs))
-	for i, x := range xs {
-		out[i] = int(x)
-	}
-	return out
 }

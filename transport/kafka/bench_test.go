@@ -18,6 +18,7 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/benchstat"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/kafka"
 )
@@ -150,7 +151,7 @@ func compare(b *testing.B, variants map[string]variant) {
 	b.StopTimer()
 	for _, name := range names {
 		r := rates[name]
-		b.ReportMetric(median(r), name+"-msg/s")
+		b.ReportMetric(benchstat.Median(r), name+"-msg/s")
 		b.Logf("%s msg/s by round: %.0f", name, r)
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(n*rounds), "ns/op") // Ferry's time per message
@@ -163,19 +164,12 @@ func compare(b *testing.B, variants map[string]variant) {
 			for i := range ratios {
 				ratios[i] = rates[mine][i] / rates[other][i]
 			}
-			b.ReportMetric(median(ratios), mine+"/"+other)
+			b.ReportMetric(benchstat.Median(ratios), mine+"/"+other)
 			if mine == "ferry" && other == "sarama" {
 				b.Logf("ferry/sarama by round: %.2f", ratios)
 			}
 		}
 	}
-}
-
-// median is the middle of xs (the upper middle for an even count).
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 var (

@@ -4,7 +4,6 @@ import (
 	"context"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/ferrytest"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/benchstat"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/mqtt"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -154,7 +154,7 @@ func compareSides(b *testing.B, ferrySide, pahoSide func(n int, m *meter) time.D
 	b.StopTimer()
 	f.report(b, "ferry")
 	p.report(b, "paho")
-	b.ReportMetric(median(ratios), "ferry/paho")
+	b.ReportMetric(benchstat.Median(ratios), "ferry/paho")
 	b.Logf("rounds of %d messages: ferry/paho %.2f", n, ratios)
 }
 
@@ -176,10 +176,10 @@ func (s *sideStats) run(name string, side func(int, *meter) time.Duration, n int
 }
 
 func (s *sideStats) report(b *testing.B, name string) {
-	b.ReportMetric(median(s.rates), name+"-msgs/s")
-	b.ReportMetric(median(s.allocs), name+"-allocs/msg")
+	b.ReportMetric(benchstat.Median(s.rates), name+"-msgs/s")
+	b.ReportMetric(benchstat.Median(s.allocs), name+"-allocs/msg")
 	if len(s.syscalls) > 0 {
-		b.ReportMetric(median(s.syscalls), name+"-syscalls/msg")
+		b.ReportMetric(benchstat.Median(s.syscalls), name+"-syscalls/msg")
 	}
 }
 
@@ -386,12 +386,6 @@ func closeQuietly(tr *mqtt.Transport) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = tr.Close(ctx)
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 func benchTopicNames(base string) []string {

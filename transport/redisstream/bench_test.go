@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/benchstat"
 	"github.com/ferrymq/ferry/internal/testbrokers"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/redisstream"
@@ -191,12 +190,12 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 	for i := range raws {
 		ferRatios[i], stRatios[i] = fers[i]/raws[i], sts[i]/raws[i]
 	}
-	b.ReportMetric(median(raws), "raw-msgs/s")
-	b.ReportMetric(median(fers), "ferry-msgs/s")
-	b.ReportMetric(median(ferRatios), "ferry/raw")
-	b.ReportMetric(median(stRatios), "stream/raw")
+	b.ReportMetric(benchstat.Median(raws), "raw-msgs/s")
+	b.ReportMetric(benchstat.Median(fers), "ferry-msgs/s")
+	b.ReportMetric(benchstat.Median(ferRatios), "ferry/raw")
+	b.ReportMetric(benchstat.Median(stRatios), "stream/raw")
 	b.Logf("rounds of %d messages: raw %v msg/s, ferry %v msg/s, stream alone %v msg/s; ferry/raw %.2f",
-		n, rounded(raws), rounded(fers), rounded(sts), ferRatios)
+		n, benchstat.Rounded(raws), benchstat.Rounded(fers), benchstat.Rounded(sts), ferRatios)
 }
 
 // benchPayload is the 1 KiB payload of the publish and Watermill
@@ -321,9 +320,9 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		took, cpu := make([]time.Duration, len(runs)), make([]time.Duration, len(runs))
 		for i := range runs {
 			j := (i + r) % len(runs)
-			c0 := cpuTime()
+			c0 := benchstat.CPUTime()
 			took[j] = runs[j]()
-			cpu[j] = cpuTime() - c0
+			cpu[j] = benchstat.CPUTime() - c0
 		}
 		b.StopTimer()
 		for _, s := range []string{"-raw", "-async", "-batch"} {
@@ -344,21 +343,14 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 	for i := range raws {
 		ar[i], br[i] = asyncs[i]/raws[i], batches[i]/raws[i]
 	}
-	b.ReportMetric(median(raws), "raw-msgs/s")
-	b.ReportMetric(median(asyncs), "async-msgs/s")
-	b.ReportMetric(median(ar), "async/raw")
-	b.ReportMetric(median(br), "batch/raw")
-	b.ReportMetric(median(rawCPU), "raw-cpu-µs/msg")
-	b.ReportMetric(median(asyncCPU), "async-cpu-µs/msg")
+	b.ReportMetric(benchstat.Median(raws), "raw-msgs/s")
+	b.ReportMetric(benchstat.Median(asyncs), "async-msgs/s")
+	b.ReportMetric(benchstat.Median(ar), "async/raw")
+	b.ReportMetric(benchstat.Median(br), "batch/raw")
+	b.ReportMetric(benchstat.Median(rawCPU), "raw-cpu-µs/msg")
+	b.ReportMetric(benchstat.Median(asyncCPU), "async-cpu-µs/msg")
 	b.Logf("rounds of %d messages: raw %v msg/s, PublishAsync %v (ratios %.2f), PublishBatch %v (ratios %.2f)",
-		n, rounded(raws), rounded(asyncs), ar, rounded(batches), br)
-}
-
-// cpuTime is the CPU time the process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		n, benchstat.Rounded(raws), benchstat.Rounded(asyncs), ar, benchstat.Rounded(batches), br)
 }
 
 // fillWatermill writes n messages of 1 KiB to topic in
@@ -451,25 +443,11 @@ func BenchmarkConsumeVsWatermill(b *testing.B) {
 	for i := range fers {
 		ratios[i] = fers[i] / wms[i]
 	}
-	b.ReportMetric(median(fers), "ferry-msgs/s")
-	b.ReportMetric(median(wms), "watermill-msgs/s")
-	b.ReportMetric(median(ratios), "ferry/watermill")
+	b.ReportMetric(benchstat.Median(fers), "ferry-msgs/s")
+	b.ReportMetric(benchstat.Median(wms), "watermill-msgs/s")
+	b.ReportMetric(benchstat.Median(ratios), "ferry/watermill")
 	b.Logf("rounds of %d messages: ferry %v msg/s, watermill-redisstream %v msg/s; ferry/watermill %.2f",
-		n, rounded(fers), rounded(wms), ratios)
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}
-
-func rounded(xs []float64) []int {
-	out := make([]int, len(xs))
-	for i, x := range xs {
-		out[i] = int(x)
-	}
-	return out
+		n, benchstat.Rounded(fers), benchstat.Rounded(wms), ratios)
 }
 
 // BenchmarkPublishAppendfsync measures what Redis's durability setting
@@ -520,10 +498,10 @@ func BenchmarkPublishAppendfsync(b *testing.B) {
 		for r := range ratios {
 			ratios[r] = rates[j][r] / rates[0][r]
 		}
-		b.ReportMetric(median(rates[j]), name+"-msgs/s")
+		b.ReportMetric(benchstat.Median(rates[j]), name+"-msgs/s")
 		if j > 0 {
-			b.ReportMetric(median(ratios), name+"/no-aof")
+			b.ReportMetric(benchstat.Median(ratios), name+"/no-aof")
 		}
-		b.Logf("%s: %v msg/s", name, rounded(rates[j]))
+		b.Logf("%s: %v msg/s", name, benchstat.Rounded(rates[j]))
 	}
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/benchstat"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/sqs"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -163,7 +162,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		for i := range sides {
 			s := sides[(i+r)%len(sides)]
 			var took time.Duration
-			c0 := cpuTime()
+			c0 := benchstat.CPUTime()
 			switch s {
 			case "raw":
 				took = publishRawSDK(b, c, queues[s].URL, msgs[s])
@@ -174,7 +173,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 			case "sync":
 				took = publishFerrySync(b, tr, msgs[s])
 			}
-			cpus[s] = append(cpus[s], float64((cpuTime()-c0).Microseconds())/benchMsgs)
+			cpus[s] = append(cpus[s], float64((benchstat.CPUTime()-c0).Microseconds())/benchMsgs)
 			rates[s] = append(rates[s], benchMsgs/took.Seconds())
 		}
 		b.StopTimer()
@@ -192,15 +191,15 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 	}
 	b.StopTimer()
 	for _, s := range sides {
-		b.ReportMetric(median(rates[s]), s+"-msgs/s")
-		b.ReportMetric(median(cpus[s]), s+"-cpu-µs/msg")
+		b.ReportMetric(benchstat.Median(rates[s]), s+"-msgs/s")
+		b.ReportMetric(benchstat.Median(cpus[s]), s+"-cpu-µs/msg")
 		if s != "raw" {
-			b.ReportMetric(median(ratios(rates[s], rates["raw"])), s+"/raw")
+			b.ReportMetric(benchstat.Median(ratios(rates[s], rates["raw"])), s+"/raw")
 		}
 	}
 	b.Logf("rounds of %d: raw %v msg/s; async %v (ratios %.2f); batch %v (%.2f); sync %v (%.2f)", benchMsgs,
-		rounded(rates["raw"]), rounded(rates["async"]), ratios(rates["async"], rates["raw"]),
-		rounded(rates["batch"]), ratios(rates["batch"], rates["raw"]), rounded(rates["sync"]), ratios(rates["sync"], rates["raw"]))
+		benchstat.Rounded(rates["raw"]), benchstat.Rounded(rates["async"]), ratios(rates["async"], rates["raw"]),
+		benchstat.Rounded(rates["batch"]), ratios(rates["batch"], rates["raw"]), benchstat.Rounded(rates["sync"]), ratios(rates["sync"], rates["raw"]))
 }
 
 // queueDepth is the queue's ApproximateNumberOfMessages.
@@ -278,7 +277,7 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 			fill(b, c, info.URL, benchMsgs)
 			b.StartTimer()
 			var took time.Duration
-			c0 := cpuTime()
+			c0 := benchstat.CPUTime()
 			switch s {
 			case "raw":
 				start := time.Now()
@@ -290,7 +289,7 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 				took = consumeRouter(b, tr, name, benchMsgs, ferry.MaxInFlight(100))
 			}
 			b.StopTimer()
-			cpus[s] = append(cpus[s], float64((cpuTime()-c0).Microseconds())/benchMsgs)
+			cpus[s] = append(cpus[s], float64((benchstat.CPUTime()-c0).Microseconds())/benchMsgs)
 			rates[s] = append(rates[s], benchMsgs/took.Seconds())
 			if left := queueDepth(b, c, info.URL); left != 0 {
 				b.Errorf("%s: %d messages left", s, left)
@@ -301,15 +300,15 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 	}
 	b.StopTimer()
 	for _, s := range sides {
-		b.ReportMetric(median(rates[s]), s+"-msgs/s")
-		b.ReportMetric(median(cpus[s]), s+"-cpu-µs/msg")
+		b.ReportMetric(benchstat.Median(rates[s]), s+"-msgs/s")
+		b.ReportMetric(benchstat.Median(cpus[s]), s+"-cpu-µs/msg")
 		if s != "raw" {
-			b.ReportMetric(median(ratios(rates[s], rates["raw"])), s+"/raw")
+			b.ReportMetric(benchstat.Median(ratios(rates[s], rates["raw"])), s+"/raw")
 		}
 	}
 	b.Logf("rounds of %d: raw %v msg/s; router %v (ratios %.2f); router MaxInFlight(100) %v (%.2f)", benchMsgs,
-		rounded(rates["raw"]), rounded(rates["router"]), ratios(rates["router"], rates["raw"]),
-		rounded(rates["router100"]), ratios(rates["router100"], rates["raw"]))
+		benchstat.Rounded(rates["raw"]), benchstat.Rounded(rates["router"]), ratios(rates["router"], rates["raw"]),
+		benchstat.Rounded(rates["router100"]), ratios(rates["router100"], rates["raw"]))
 }
 
 func ratios(xs, base []float64) []float64 {
@@ -318,27 +317,4 @@ func ratios(xs, base []float64) []float64 {
 		out[i] = xs[i] / base[i]
 	}
 	return out
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}
-
-func rounded(xs []float64) []int {
-	out := make([]int, len(xs))
-	for i, x := range xs {
-		out[i] = int(x)
-	}
-	return out
-}
-
-// cpuTime is the CPU time this process (the client; fauxqs is another
-// process) has used, user and system: a figure the machine's load
-// disturbs far less than a rate.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

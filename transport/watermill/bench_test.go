@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"sort"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ferrymq/ferry/internal/benchstat"
 	"github.com/ferrymq/ferry/internal/testenv"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/watermill"
@@ -179,24 +179,10 @@ func BenchmarkHandlerBridgeVsRedisstream(b *testing.B) {
 	for i := range wms {
 		ratios[i], ratios1[i] = brs[i]/wms[i], br1s[i]/wms[i]
 	}
-	b.ReportMetric(median(wms), "watermill-msgs/s")
-	b.ReportMetric(median(brs), "bridge-msgs/s")
-	b.ReportMetric(median(ratios), "bridge/watermill")
-	b.ReportMetric(median(ratios1), "bridge1/watermill")
+	b.ReportMetric(benchstat.Median(wms), "watermill-msgs/s")
+	b.ReportMetric(benchstat.Median(brs), "bridge-msgs/s")
+	b.ReportMetric(benchstat.Median(ratios), "bridge/watermill")
+	b.ReportMetric(benchstat.Median(ratios1), "bridge1/watermill")
 	b.Logf("rounds of %d messages: watermill-redisstream %v msg/s; bridge %v msg/s (ratios %.2f); bridge with 1 unsettled %v msg/s (ratios %.2f)",
-		n, rounded(wms), rounded(brs), ratios, rounded(br1s), ratios1)
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}
-
-func rounded(xs []float64) []int {
-	out := make([]int, len(xs))
-	for i, x := range xs {
-		out[i] = int(x)
-	}
-	return out
+		n, benchstat.Rounded(wms), benchstat.Rounded(brs), ratios, benchstat.Rounded(br1s), ratios1)
 }
