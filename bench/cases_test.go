@@ -343,5 +343,3 @@ func BenchmarkParkingCost(b *testing.B) {
 		plain("pglot", 5000, with(pg), opts...))
 }
 
-// median is benchstat.Median under the name settings_test.go still calls.
-func median(xs []float64) float64 { return benchstat.Median(xs) }

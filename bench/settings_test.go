@@ -9,6 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/ferrymq/ferry/internal/benchstat"
 	"github.com/ferrymq/ferry/transport/transporttest"
 )
 
@@ -150,13 +151,13 @@ func BenchmarkRabbitMQPrefetch(b *testing.B) {
 func reportVs(b *testing.B, what string, settings []int, rates [][]float64) {
 	for k, s := range settings {
 		name := fmt.Sprintf("%s%d", what, s)
-		b.ReportMetric(median(rates[k]), name+"-msgs/s")
+		b.ReportMetric(benchstat.Median(rates[k]), name+"-msgs/s")
 		if k > 0 {
 			ratios := make([]float64, rounds)
 			for r := range rounds {
 				ratios[r] = rates[k][r] / rates[0][r]
 			}
-			b.ReportMetric(median(ratios), fmt.Sprintf("%s/%s%d", name, what, settings[0]))
+			b.ReportMetric(benchstat.Median(ratios), fmt.Sprintf("%s/%s%d", name, what, settings[0]))
 		}
 	}
 }

@@ -214,5 +214,3 @@ func (e *ferryE2E) round(tb testing.TB, n int) time.Duration {
 	return time.Since(start)
 }
 
-// median is benchstat.Median under the name bench_vs_raw_test.go still calls.
-func median(xs []float64) float64 { return benchstat.Median(xs) }

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/ferrymq/ferry"
 	"github.com/ferrymq/ferry/handler"
+	"github.com/ferrymq/ferry/internal/benchstat"
 	"github.com/ferrymq/ferry/transport"
 	"github.com/ferrymq/ferry/transport/rabbitmq"
 	"github.com/ferrymq/ferry/transport/transporttest"
@@ -167,13 +167,6 @@ func benchIDs(prefix string, n int) (ids, keys []string) {
 	return ids, keys
 }
 
-// cpuTime is the CPU time the process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkPublishVsRaw publishes 1 KiB keyed messages to a topic exchange
 // with a quorum queue bound, four ways in the same run: raw amqp091-go
 // with asynchronous confirms (one goroutine, window 1,000: the raw
@@ -233,9 +226,9 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		took, cpu := make([]time.Duration, len(runs)), make([]time.Duration, len(runs))
 		for i := range runs {
 			j := (i + r) % len(runs)
-			c0 := cpuTime()
+			c0 := benchstat.CPUTime()
 			took[j] = runs[j]()
-			cpu[j] = cpuTime() - c0
+			cpu[j] = benchstat.CPUTime() - c0
 		}
 		b.StopTimer()
 		for i, q := range queues {
@@ -255,22 +248,14 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 	}
 	b.StopTimer()
 	for i, s := range names {
-		b.ReportMetric(median(rates[i]), s+"-msgs/s")
+		b.ReportMetric(benchstat.Median(rates[i]), s+"-msgs/s")
 		if i > 0 {
-			b.ReportMetric(median(ratios[i]), s+"/raw")
+			b.ReportMetric(benchstat.Median(ratios[i]), s+"/raw")
 		}
-		b.Logf("%s: %v msg/s, ratios to raw %.2f", s, rounded(rates[i]), ratios[i])
+		b.Logf("%s: %v msg/s, ratios to raw %.2f", s, benchstat.Rounded(rates[i]), ratios[i])
 	}
-	b.ReportMetric(median(rawCPU), "raw-cpu-µs/msg")
-	b.ReportMetric(median(asyncCPU), "async-cpu-µs/msg")
-}
-
-func rounded(xs []float64) []int {
-	out := make([]int, len(xs))
-	for i, x := range xs {
-		out[i] = int(x)
-	}
-	return out
+	b.ReportMetric(benchstat.Median(rawCPU), "raw-cpu-µs/msg")
+	b.ReportMetric(benchstat.Median(asyncCPU), "async-cpu-µs/msg")
 }
 
 // fillQueue publishes n 1 KiB messages to topic with raw pipelined
@@ -407,14 +392,14 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 		b.StartTimer()
 		var tRaw, tFerry, cRaw, cFerry time.Duration
 		doRaw := func() {
-			c0 := cpuTime()
+			c0 := benchstat.CPUTime()
 			tRaw = consumeRaw(b, conn, rawQueue, n, prefetch)
-			cRaw = cpuTime() - c0
+			cRaw = benchstat.CPUTime() - c0
 		}
 		doFerry := func() {
-			c0 := cpuTime()
+			c0 := benchstat.CPUTime()
 			tFerry = consumeFerry(b, tr, ferryTopic, n, prefetch)
-			cFerry = cpuTime() - c0
+			cFerry = benchstat.CPUTime() - c0
 		}
 		if r%2 == 0 {
 			doRaw()
@@ -432,10 +417,10 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	b.ReportMetric(median(raws), "raw-msgs/s")
-	b.ReportMetric(median(ferrys), "ferry-msgs/s")
-	b.ReportMetric(median(ratios), "ferry/raw")
-	b.ReportMetric(median(rawCPU), "raw-cpu-µs/msg")
-	b.ReportMetric(median(ferryCPU), "ferry-cpu-µs/msg")
-	b.Logf("rounds of %d: raw %v msg/s, ferry %v msg/s, ratios %.2f", n, rounded(raws), rounded(ferrys), ratios)
+	b.ReportMetric(benchstat.Median(raws), "raw-msgs/s")
+	b.ReportMetric(benchstat.Median(ferrys), "ferry-msgs/s")
+	b.ReportMetric(benchstat.Median(ratios), "ferry/raw")
+	b.ReportMetric(benchstat.Median(rawCPU), "raw-cpu-µs/msg")
+	b.ReportMetric(benchstat.Median(ferryCPU), "ferry-cpu-µs/msg")
+	b.Logf("rounds of %d: raw %v msg/s, ferry %v msg/s, ratios %.2f", n, benchstat.Rounded(raws), benchstat.Rounded(ferrys), ratios)
 }
