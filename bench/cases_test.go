@@ -342,4 +342,3 @@ func BenchmarkParkingCost(b *testing.B) {
 		plain("redislot", 10000, with(red), opts...),
 		plain("pglot", 5000, with(pg), opts...))
 }
-

@@ -213,4 +213,3 @@ func (e *ferryE2E) round(tb testing.TB, n int) time.Duration {
 	waitCount(tb, &e.count, base+int64(n))
 	return time.Since(start)
 }
-
