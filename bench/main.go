@@ -38,6 +38,7 @@ var suites = []suite{
 	{"kafka", "Kafka (kfake)", "./transport/kafka", "^BenchmarkKafka$", "200000x"},
 	{"sqs", "SQS (fauxqs)", "./transport/sqs", "^Benchmark(PublishVsRaw|ConsumeVsRaw)$", "1x"},
 	{"watermill", "Watermill bridge", "./transport/watermill", "^BenchmarkHandlerBridgeVsRedisstream$", "1x"},
+	{"rabbitmq-watermill", "RabbitMQ (watermill-amqp)", "./bench", "^BenchmarkRabbitMQVsWatermill$", "1x"},
 	{"rabbitmq-settings", "RabbitMQ (raw amqp091-go)", "./bench", "^BenchmarkRabbitMQ(ConfirmWindow|Prefetch)$", "1x"},
 	{"redis-settings", "Redis (appendfsync)", "./transport/redisstream", "^BenchmarkPublishAppendfsync$", "1x"},
 }
