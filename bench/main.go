@@ -40,6 +40,7 @@ var suites = []suite{
 	{"watermill", "Watermill bridge", "./transport/watermill", "^BenchmarkHandlerBridgeVsRedisstream$", "1x"},
 	{"rabbitmq-watermill", "RabbitMQ (watermill-amqp)", "./bench", "^BenchmarkRabbitMQVsWatermill$", "1x"},
 	{"rabbitmq-settings", "RabbitMQ (raw amqp091-go)", "./bench", "^BenchmarkRabbitMQ(ConfirmWindow|Prefetch)$", "1x"},
+	{"kafka-settings", "Kafka (kfake, linger)", "./bench", "^BenchmarkKafkaLinger$", "1x"},
 	{"redis-settings", "Redis (appendfsync)", "./transport/redisstream", "^BenchmarkPublishAppendfsync$", "1x"},
 }
 
