@@ -112,7 +112,23 @@ func BenchmarkKafka(b *testing.B) {
 }
 
 // variant publishes or consumes n messages and returns how long it took.
-type variant func(b *testing.B, n int) time.Duration
+type variant func(b *testing.B, n int) took
+
+// took is a variant's wall time and the process's CPU time (user and
+// system, kfake's included) over the same span.
+type took struct{ wall, cpu time.Duration }
+
+// meter measures a took from start to stop.
+type meter struct {
+	wall time.Time
+	cpu  time.Duration
+}
+
+func start() meter { return meter{time.Now(), benchstat.CPUTime()} }
+
+func (c meter) stop() took {
+	return took{wall: time.Since(c.wall), cpu: benchstat.CPUTime() - c.cpu}
+}
 
 // compareRounds is how many rounds compare runs.
 const compareRounds = 10
@@ -136,15 +152,17 @@ func compare(b *testing.B, variants map[string]variant) {
 	rounds := min(compareRounds, b.N)
 	n := b.N / rounds
 	rates := map[string][]float64{}
+	cpus := map[string][]float64{} // CPU µs per message
 	var total time.Duration
 	for range rounds {
 		for _, name := range names {
 			runtime.GC()
-			d := variants[name](b, n)
+			t := variants[name](b, n)
 			if name == "ferry" {
-				total += d
+				total += t.wall
 			}
-			rates[name] = append(rates[name], float64(n)/d.Seconds())
+			rates[name] = append(rates[name], float64(n)/t.wall.Seconds())
+			cpus[name] = append(cpus[name], float64(t.cpu.Microseconds())/float64(n))
 		}
 		slices.Reverse(names)
 	}
@@ -152,7 +170,9 @@ func compare(b *testing.B, variants map[string]variant) {
 	for _, name := range names {
 		r := rates[name]
 		b.ReportMetric(benchstat.Median(r), name+"-msg/s")
+		b.ReportMetric(benchstat.Median(cpus[name]), name+"-cpu-µs/msg")
 		b.Logf("%s msg/s by round: %.0f", name, r)
+		b.Logf("%s CPU µs/msg by round: %.2f", name, cpus[name])
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(n*rounds), "ns/op") // Ferry's time per message
 	for _, mine := range []string{"ferry", "stream"} {
@@ -208,7 +228,7 @@ func openBench(b *testing.B, addrs []string) *kafka.Transport {
 	return tr
 }
 
-func publishFerry(b *testing.B, n int) time.Duration {
+func publishFerry(b *testing.B, n int) took {
 	addrs, stop := cluster(b)
 	defer stop()
 	tr := openBench(b, addrs)
@@ -218,7 +238,7 @@ func publishFerry(b *testing.B, n int) time.Duration {
 	})
 }
 
-func publishSarama(b *testing.B, n int) time.Duration {
+func publishSarama(b *testing.B, n int) took {
 	addrs, stop := cluster(b)
 	defer stop()
 	p := newRawProducer(b, addrs)
@@ -244,7 +264,7 @@ func publishSarama(b *testing.B, n int) time.Duration {
 	})
 }
 
-func publishWatermill(b *testing.B, n int) time.Duration {
+func publishWatermill(b *testing.B, n int) took {
 	addrs, stop := cluster(b)
 	defer stop()
 	cfg := wmkafka.DefaultSaramaSyncPublisherConfig()
@@ -259,7 +279,7 @@ func publishWatermill(b *testing.B, n int) time.Duration {
 	})
 }
 
-func publishBatchFerry(b *testing.B, n int) time.Duration {
+func publishBatchFerry(b *testing.B, n int) took {
 	addrs, stop := cluster(b)
 	defer stop()
 	tr := openBench(b, addrs)
@@ -268,14 +288,14 @@ func publishBatchFerry(b *testing.B, n int) time.Duration {
 	for i := range msgs {
 		msgs[i] = &handler.Message{ID: strconv.Itoa(i), Key: benchKey(i), Topic: "t", Payload: benchPayload}
 	}
-	start := time.Now()
+	m := start()
 	if err := tr.PublishBatch(context.Background(), msgs); err != nil {
 		b.Fatal(err)
 	}
-	return time.Since(start)
+	return m.stop()
 }
 
-func publishAsyncFerry(b *testing.B, n int) time.Duration {
+func publishAsyncFerry(b *testing.B, n int) took {
 	addrs, stop := cluster(b)
 	defer stop()
 	tr := openBench(b, addrs)
@@ -291,7 +311,7 @@ func publishAsyncFerry(b *testing.B, n int) time.Duration {
 		}
 	}
 	ctx := context.Background()
-	start := time.Now()
+	mt := start()
 	for _, m := range msgs {
 		if err := tr.PublishAsync(ctx, m, done); err != nil {
 			b.Fatal(err)
@@ -300,14 +320,14 @@ func publishAsyncFerry(b *testing.B, n int) time.Duration {
 	if err := tr.Flush(ctx); err != nil {
 		b.Fatal(err)
 	}
-	d := time.Since(start)
+	t := mt.stop()
 	if f := failed.Load(); f != 0 {
 		b.Fatalf("%d of %d messages failed", f, n)
 	}
-	return d
+	return t
 }
 
-func publishBatchSarama(b *testing.B, n int) time.Duration {
+func publishBatchSarama(b *testing.B, n int) took {
 	addrs, stop := cluster(b)
 	defer stop()
 	ids := make([]string, n)
@@ -316,9 +336,9 @@ func publishBatchSarama(b *testing.B, n int) time.Duration {
 	}
 	p := newRawProducer(b, addrs)
 	defer p.Close()
-	start := time.Now()
+	m := start()
 	rawProduceAll(b, p, n, func(i int) *sarama.ProducerMessage { return rawRecord(benchKey(i), ids[i], nil) })
-	return time.Since(start)
+	return m.stop()
 }
 
 // fill starts a cluster and writes n records to its topic "t".
@@ -332,7 +352,7 @@ func fill(b *testing.B, n int) (addrs []string, stop func()) {
 	return addrs, stop
 }
 
-func consumeFerry(b *testing.B, n int) time.Duration {
+func consumeFerry(b *testing.B, n int) took {
 	addrs, stop := fill(b, n)
 	defer stop()
 	tr := openBench(b, addrs)
@@ -355,7 +375,7 @@ func consumeFerry(b *testing.B, n int) time.Duration {
 	return clock.wait(b, n)
 }
 
-func consumeStream(b *testing.B, n int) time.Duration {
+func consumeStream(b *testing.B, n int) took {
 	addrs, stop := fill(b, n)
 	defer stop()
 	tr := openBench(b, addrs)
@@ -381,7 +401,7 @@ func consumeStream(b *testing.B, n int) time.Duration {
 	return clock.wait(b, n)
 }
 
-func consumeSarama(b *testing.B, n int) time.Duration {
+func consumeSarama(b *testing.B, n int) took {
 	addrs, stop := fill(b, n)
 	defer stop()
 	cfg := sarama.NewConfig()
@@ -406,7 +426,7 @@ func consumeSarama(b *testing.B, n int) time.Duration {
 	return clock.wait(b, n)
 }
 
-func consumeWatermill(b *testing.B, n int) time.Duration {
+func consumeWatermill(b *testing.B, n int) took {
 	addrs, stop := fill(b, n)
 	defer stop()
 	cfg := wmkafka.DefaultSaramaSubscriberConfig()
@@ -440,9 +460,9 @@ const publishers = 512
 
 // concurrently runs publish(i) for i in [0, n) from [publishers]
 // goroutines and returns how long it took.
-func concurrently(b *testing.B, n int, publish func(i int) error) time.Duration {
+func concurrently(b *testing.B, n int, publish func(i int) error) took {
 	var next atomic.Int64
-	start := time.Now()
+	m := start()
 	var wg sync.WaitGroup
 	for range publishers {
 		wg.Go(func() {
@@ -455,14 +475,16 @@ func concurrently(b *testing.B, n int, publish func(i int) error) time.Duration 
 		})
 	}
 	wg.Wait()
-	return time.Since(start)
+	return m.stop()
 }
 
-// span times a consumer from its first message to its last. Ticking is
-// two atomic operations, so it adds little and serialises nothing.
+// span times a consumer from its first message to its last, in wall and
+// process CPU time. Ticking is an atomic operation (and a clock reading on
+// the first and last), so it adds little and serialises nothing.
 type span struct {
 	n           atomic.Int64
 	first, last atomic.Int64 // UnixNano
+	cpu0, cpu1  atomic.Int64 // benchstat.CPUTime at the first and last
 	done        chan struct{}
 	once        sync.Once
 }
@@ -473,9 +495,11 @@ func (s *span) tick(total int) {
 	n := s.n.Add(1)
 	if n == 1 {
 		s.first.Store(time.Now().UnixNano())
+		s.cpu0.Store(int64(benchstat.CPUTime()))
 	}
 	if n == int64(total) {
 		s.last.Store(time.Now().UnixNano())
+		s.cpu1.Store(int64(benchstat.CPUTime()))
 		s.init()
 		close(s.done)
 	}
@@ -483,7 +507,7 @@ func (s *span) tick(total int) {
 
 // wait waits for the n-th tick and returns the time from the first,
 // scaled by n/(n-1): the time of n messages.
-func (s *span) wait(b *testing.B, n int) time.Duration {
+func (s *span) wait(b *testing.B, n int) took {
 	s.init()
 	select {
 	case <-s.done:
@@ -491,10 +515,12 @@ func (s *span) wait(b *testing.B, n int) time.Duration {
 		b.Fatalf("consumed %d of %d", s.n.Load(), n)
 	}
 	d := time.Duration(s.last.Load() - s.first.Load())
+	c := time.Duration(s.cpu1.Load() - s.cpu0.Load())
 	if n > 1 {
 		d = d * time.Duration(n) / time.Duration(n-1) // n-1 gaps
+		c = c * time.Duration(n) / time.Duration(n-1)
 	}
-	return d
+	return took{wall: d, cpu: c}
 }
 
 type markAfterHandle struct {
