@@ -71,18 +71,56 @@ func fill(b *testing.B, js njs.JetStream, topic string, n int) {
 	}
 }
 
-// consumeRaw is the baseline: one loop of Fetch(100) and an Ack per
-// message on a durable pull consumer configured as Ferry's (filtered on
-// the topic), touching each payload.
-func consumeRaw(b *testing.B, js njs.JetStream, topic string, n int) time.Duration {
-	ctx := context.Background()
-	// The consumer Ferry makes for a topic: filtered on it, explicit acks.
-	c, err := js.CreateOrUpdateConsumer(ctx, topic, njs.ConsumerConfig{Durable: "raw", FilterSubject: topic,
+// rawConsumer makes the consumer Ferry makes for a topic, under name:
+// filtered on it, explicit acks, MaxAckPending 1000.
+func rawConsumer(b *testing.B, js njs.JetStream, topic, name string) njs.Consumer {
+	c, err := js.CreateOrUpdateConsumer(context.Background(), topic, njs.ConsumerConfig{Durable: name, FilterSubject: topic,
 		AckPolicy: njs.AckExplicitPolicy, DeliverPolicy: njs.DeliverAllPolicy, MaxAckPending: 1000})
 	if err != nil {
 		b.Fatal(err)
 	}
-	start := time.Now()
+	return c
+}
+
+// consumeRaw is the baseline, the raw client's best consume mode:
+// Consume with its defaults (up to 500 messages buffered, the next pull
+// sent when half of them are taken, so messages keep flowing), on a
+// durable pull consumer configured as Ferry's, an Ack per message,
+// touching each payload.
+func consumeRaw(b *testing.B, js njs.JetStream, topic string, n int) (wall, cpu time.Duration) {
+	c := rawConsumer(b, js, topic, "raw")
+	var done atomic.Int64
+	var sink atomic.Int64
+	all := make(chan struct{})
+	start := now()
+	cc, err := c.Consume(func(m njs.Msg) {
+		sink.Add(int64(len(m.Data())))
+		if err := m.Ack(); err != nil {
+			b.Error(err)
+		}
+		if done.Add(1) == int64(n) {
+			close(all)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-all:
+	case <-time.After(2 * time.Minute):
+		b.Fatalf("raw Consume handled %d of %d", done.Load(), n)
+	}
+	wall, cpu = start.elapsed()
+	cc.Stop()
+	return wall, cpu
+}
+
+// consumeRawFetch is the raw client one pull at a time: a loop of
+// Fetch(100) and an Ack per message, each pull sent once the last one
+// ended (the shape Ferry used before it pipelined its pulls).
+func consumeRawFetch(b *testing.B, js njs.JetStream, topic string, n int) (wall, cpu time.Duration) {
+	c := rawConsumer(b, js, topic, "rawfetch")
+	start := now()
 	done, sink := 0, 0
 	for done < n {
 		batch, err := c.Fetch(100, njs.FetchMaxWait(time.Second))
@@ -98,12 +136,12 @@ func consumeRaw(b *testing.B, js njs.JetStream, topic string, n int) time.Durati
 		}
 	}
 	_ = sink
-	return time.Since(start)
+	return start.elapsed()
 }
 
 // consumeFerry consumes with a Router over the default URL (one active
 // member) and a handler that touches each payload.
-func consumeFerry(b *testing.B, topic string, n int) time.Duration {
+func consumeFerry(b *testing.B, topic string, n int) (wall, cpu time.Duration) {
 	tr := open(b, sharedURL)
 	ctx := context.Background()
 	sub := transport.Subscription{Topic: topic, Group: "ferry", StartAtOldest: true}
@@ -132,22 +170,22 @@ func consumeFerry(b *testing.B, topic string, n int) time.Duration {
 	defer cancel()
 	go func() { _ = r.Run(runCtx) }()
 	<-r.Ready()
-	start := time.Now()
+	start := now()
 	select {
 	case <-doneCh:
 	case <-time.After(2 * time.Minute):
 		b.Fatalf("handled %d of %d", handled.Load(), n)
 	}
-	elapsed := time.Since(start)
+	wall, cpu = start.elapsed()
 	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
 	defer ccancel()
 	_ = r.Close(cctx)
-	return elapsed
+	return wall, cpu
 }
 
 // consumeStream consumes with the transport alone: one goroutine calling
 // Receive and Ack, as the raw loop does.
-func consumeStream(b *testing.B, topic string, n int) time.Duration {
+func consumeStream(b *testing.B, topic string, n int) (wall, cpu time.Duration) {
 	tr := open(b, sharedURL)
 	ctx := context.Background()
 	st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "stream", StartAtOldest: true})
@@ -155,7 +193,7 @@ func consumeStream(b *testing.B, topic string, n int) time.Duration {
 		b.Fatal(err)
 	}
 	defer st.Close(ctx)
-	start := time.Now()
+	start := now()
 	sink := 0
 	for range n {
 		d, err := st.Receive(ctx)
@@ -167,12 +205,12 @@ func consumeStream(b *testing.B, topic string, n int) time.Duration {
 			b.Fatal(err)
 		}
 	}
-	return time.Since(start)
+	return start.elapsed()
 }
 
 // consumeWatermill consumes with watermill-nats/v2's JetStream subscriber
 // (a durable queue subscription, asynchronous acks), acking each message.
-func consumeWatermill(b *testing.B, topic string, n int) time.Duration {
+func consumeWatermill(b *testing.B, topic string, n int) (wall, cpu time.Duration) {
 	sub, err := wmnats.NewSubscriber(wmnats.SubscriberConfig{
 		URL:              sharedURL,
 		QueueGroupPrefix: "wm",
@@ -191,7 +229,7 @@ func consumeWatermill(b *testing.B, topic string, n int) time.Duration {
 	defer sub.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	start := time.Now()
+	start := now()
 	msgs, err := sub.Subscribe(ctx, topic)
 	if err != nil {
 		b.Fatal(err)
@@ -206,20 +244,24 @@ func consumeWatermill(b *testing.B, topic string, n int) time.Duration {
 			b.Fatal("watermill stalled")
 		}
 	}
-	return time.Since(start)
+	return start.elapsed()
 }
 
 // BenchmarkConsumeVsRaw consumes pre-filled streams of 1 KiB messages with
-// raw nats.go (Fetch 100, Ack each), a Ferry Router over the default URL,
-// the transport alone, and Watermill's NATS subscriber, each from its own
-// consumer of the same stream, seven rounds with the order rotated. It
-// reports the median rates and the medians of the per-round ratios.
+// raw nats.go at its best (Consume with its defaults, Ack each), raw
+// nats.go one pull at a time (Fetch 100, the row raw-fetch), a Ferry
+// Router over the default URL, the transport alone, and Watermill's NATS
+// subscriber, each from its own consumer of the same stream, seven rounds
+// with the order rotated. It reports the median rates, the medians of the
+// per-round ratios to raw, and each contender's CPU µs per message (this
+// process's, the server's not counted).
 func BenchmarkConsumeVsRaw(b *testing.B) {
 	requireShared(b)
 	n := max(b.N/benchRounds, 20000)
 	_, js := rawConn(b, sharedURL)
 	b.SetBytes(benchSize)
-	var raws, fers, sts, wms []float64
+	var raws, fetches, fers, sts, wms []float64
+	cpus := cpuPerMsg{}
 	b.ResetTimer()
 	for r := range benchRounds {
 		b.StopTimer()
@@ -228,17 +270,24 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 		fill(b, js, topic, n)
 		b.StartTimer()
 		runs := []func(){
-			func() { raws = append(raws, float64(n)/consumeRaw(b, js, topic, n).Seconds()) },
-			func() { fers = append(fers, float64(n)/consumeFerry(b, topic, n).Seconds()) },
-			func() { sts = append(sts, float64(n)/consumeStream(b, topic, n).Seconds()) },
-			func() { wms = append(wms, float64(n)/consumeWatermill(b, topic, n).Seconds()) },
+			func() { raws = append(raws, cpus.add("raw", n)(consumeRaw(b, js, topic, n))) },
+			func() { fetches = append(fetches, cpus.add("raw-fetch", n)(consumeRawFetch(b, js, topic, n))) },
+			func() { fers = append(fers, cpus.add("ferry", n)(consumeFerry(b, topic, n))) },
+			func() { sts = append(sts, cpus.add("stream", n)(consumeStream(b, topic, n))) },
+			func() { wms = append(wms, cpus.add("watermill", n)(consumeWatermill(b, topic, n))) },
 		}
 		for i := range runs {
 			runs[(i+r)%len(runs)]()
 		}
 	}
 	b.StopTimer()
-	report(b, "consume", n, raws, map[string][]float64{"ferry": fers, "stream": sts, "watermill": wms})
+	report(b, "consume", n, raws, map[string][]float64{"raw-fetch": fetches, "ferry": fers, "stream": sts, "watermill": wms})
+	cpus.report(b, "consume")
+	ratio := make([]float64, len(fers))
+	for i := range fers {
+		ratio[i] = fers[i] / wms[i]
+	}
+	b.ReportMetric(benchstat.Median(ratio), "consume-ferry/watermill")
 }
 
 // BenchmarkPublishVsRaw publishes 1 KiB messages over 100 keys: raw
