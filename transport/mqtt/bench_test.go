@@ -130,9 +130,10 @@ func BenchmarkDrain311(b *testing.B) {
 
 // compareSides runs benchRounds rounds of b.N/benchRounds messages, each
 // round one run of each side, alternating which goes first, and reports
-// each side's median msgs/s, allocations and system calls per message,
-// and the median over the rounds of ferry/paho: runs next to each other
-// in time are compared, since the load of this shared machine drifts.
+// each side's median msgs/s, allocations, CPU time and system calls per
+// message, and the median over the rounds of ferry/paho: runs next to
+// each other in time are compared, since the load of this shared machine
+// drifts.
 // Each side runs under the profiler label side=ferry or side=paho (with
 // -cpuprofile, pprof -tagfocus side=ferry shows one side alone).
 func compareSides(b *testing.B, ferrySide, pahoSide func(n int, m *meter) time.Duration) {
@@ -159,7 +160,7 @@ func compareSides(b *testing.B, ferrySide, pahoSide func(n int, m *meter) time.D
 }
 
 // sideStats is one side's figures, one per round.
-type sideStats struct{ rates, allocs, syscalls []float64 }
+type sideStats struct{ rates, allocs, syscalls, cpu []float64 }
 
 // run runs side on n messages under the profiler label side=name and
 // records its figures.
@@ -169,6 +170,7 @@ func (s *sideStats) run(name string, side func(int, *meter) time.Duration, n int
 	pprof.Do(context.Background(), pprof.Labels("side", name), func(context.Context) { d = side(n, &m) })
 	s.rates = append(s.rates, float64(n)/d.Seconds())
 	s.allocs = append(s.allocs, float64(m.allocs[1]-m.allocs[0])/float64(n))
+	s.cpu = append(s.cpu, float64(m.cpu[1]-m.cpu[0])/float64(time.Microsecond)/float64(n))
 	if m.syscalls[0] != 0 {
 		s.syscalls = append(s.syscalls, float64(m.syscalls[1]-m.syscalls[0])/float64(n))
 	}
@@ -178,26 +180,31 @@ func (s *sideStats) run(name string, side func(int, *meter) time.Duration, n int
 func (s *sideStats) report(b *testing.B, name string) {
 	b.ReportMetric(benchstat.Median(s.rates), name+"-msgs/s")
 	b.ReportMetric(benchstat.Median(s.allocs), name+"-allocs/msg")
+	b.ReportMetric(benchstat.Median(s.cpu), name+"-cpu-µs/msg")
 	if len(s.syscalls) > 0 {
 		b.ReportMetric(benchstat.Median(s.syscalls), name+"-syscalls/msg")
 	}
 }
 
 // meter counts what a side costs this process between start and stop:
-// heap allocations, and read and write system calls (Linux's
+// heap allocations, CPU time (user and system, the whole process's:
+// the broker runs in another), and read and write system calls (Linux's
 // /proc/self/io; 0 where it is missing). A side calls start where its
 // timing starts (or, when it times itself otherwise, where the work to
 // count starts) and stop (or since) where it ends.
 type meter struct {
 	allocs, syscalls [2]uint64 // at start, at stop
+	cpu              [2]time.Duration
 }
 
 func (m *meter) start() time.Time {
-	m.allocs[0], m.syscalls[0] = heapAllocs(), ioSyscalls()
+	m.allocs[0], m.syscalls[0], m.cpu[0] = heapAllocs(), ioSyscalls(), benchstat.CPUTime()
 	return time.Now()
 }
 
-func (m *meter) stop() { m.allocs[1], m.syscalls[1] = heapAllocs(), ioSyscalls() }
+func (m *meter) stop() {
+	m.allocs[1], m.syscalls[1], m.cpu[1] = heapAllocs(), ioSyscalls(), benchstat.CPUTime()
+}
 
 // since stops m and returns the time since start.
 func (m *meter) since(start time.Time) time.Duration {
