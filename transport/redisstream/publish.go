@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -67,25 +66,12 @@ const (
 	publishTimeout = 30 * time.Second
 )
 
-// pubItem is one XADD to send, or (batch not nil) a PublishBatch's XADDs.
+// pubItem is one XADD to send.
 type pubItem struct {
 	topic string
 	args  *goredis.XAddArgs
 	size  int
 	done  func(error) // PublishAsync's; nil for Publish, which Add answers
-	batch *pubBatch   // PublishBatch's; then topic and args are unset
-}
-
-// pubBatch is the XADDs of one PublishBatch, in order, handed to the
-// batcher as one item so that they cost one window entry and no callback
-// each, and are sent as consecutive pipelines in the window's order.
-type pubBatch struct {
-	items []pubItem
-	errs  []error // errs[i] is items[i]'s result, written by xadd
-	// sent is how many items, a prefix, have their result in errs. It is
-	// stored after their errs are written, so a PublishBatch that gave up
-	// waiting (ctx ended) may read errs[:sent] while xadd goes on.
-	sent atomic.Int64
 }
 
 // newPublisher returns the batcher of t's XADDs, with PublishWindow
@@ -96,23 +82,12 @@ func (t *Transport) newPublisher() (*batch.Batcher[pubItem], error) {
 		func(it pubItem) int { return it.size }, t.xadd)
 }
 
-// xadd is the batcher's handler: the XADDs of items, in order, in
-// pipelines of up to maxPipeline XADDs or maxPipelineBytes of payload
-// (a PublishBatch's XADDs are cut into pipelines like everyone else's).
-// It gives PublishAsync's items their results itself (they are submitted
+// xadd is the batcher's handler: the XADDs of items in one pipeline. It
+// gives PublishAsync's items their results itself (they are submitted
 // without a batcher callback, which would cost a closure per message),
-// writes a PublishBatch's results into its pubBatch, and returns every
-// item's result for Add's callers (nil for a PublishBatch item: its
-// results are its own).
+// and returns every result for Add's callers.
 func (t *Transport) xadd(ctx context.Context, items []pubItem) []error {
-	var errs []error
-	if len(items) == 1 && items[0].batch == nil {
-		if err := t.xaddOne(ctx, items[0].args); err != nil {
-			errs = []error{t.publishErr(items[0].topic, err)}
-		}
-	} else {
-		errs = t.pipeline(ctx, items)
-	}
+	errs := t.send(ctx, items)
 	for i := range items {
 		if done := items[i].done; done != nil {
 			var err error
@@ -125,113 +100,33 @@ func (t *Transport) xadd(ctx context.Context, items []pubItem) []error {
 	return errs
 }
 
-// xaddOne sends one XADD on its own.
-func (t *Transport) xaddOne(ctx context.Context, a *goredis.XAddArgs) error {
+// send sends the XADDs of items, in one pipeline when there are several,
+// and returns their errors (nil when all succeeded).
+func (t *Transport) send(ctx context.Context, items []pubItem) []error {
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	return t.rc.XAdd(ctx, a).Err()
-}
-
-// pipeline sends the XADDs of items (each PublishBatch item's in turn),
-// in order, one pipeline after another, and returns the items' errors
-// (nil when all succeeded).
-func (t *Transport) pipeline(ctx context.Context, items []pubItem) []error {
-	s := &t.sender
-	s.t, s.pipe = t, t.rc.Pipeline()
+	if len(items) == 1 {
+		if err := t.rc.XAdd(ctx, items[0].args).Err(); err != nil {
+			return []error{t.publishErr(items[0].topic, err)}
+		}
+		return nil
+	}
+	pipe := t.rc.Pipeline()
+	cmds := make([]*goredis.StringCmd, len(items))
+	for i, it := range items {
+		cmds[i] = pipe.XAdd(ctx, it.args)
+	}
+	_, _ = pipe.Exec(ctx)
 	var errs []error
-	for i := range items {
-		it := &items[i]
-		if it.batch == nil {
-			s.add(ctx, it.args, it.topic, it.size, i, nil)
-			continue
-		}
-		b := it.batch
-		for j := range b.items {
-			s.add(ctx, b.items[j].args, b.items[j].topic, b.items[j].size, j, b)
-		}
-	}
-	s.exec(ctx)
-	for _, d := range s.failed {
-		if errs == nil {
-			errs = make([]error, len(items))
-		}
-		errs[d.i] = d.err
-	}
-	clear(s.failed)
-	s.failed, s.t, s.pipe = s.failed[:0], nil, nil
-	return errs
-}
-
-// sender cuts the XADDs of one xadd call into pipelines. Only xadd uses
-// it, one call at a time (the batcher has one handler), so it lives in
-// the Transport and its slices are reused.
-type sender struct {
-	t      *Transport
-	pipe   goredis.Pipeliner
-	dst    []pubDst    // where each queued command's result goes
-	bytes  int         // payload bytes queued
-	failed []pubFailed // the failed items of xadd's own items
-}
-
-// pubDst is where a command's result goes: item i of the handler's items
-// (b nil) or of batch b.
-type pubDst struct {
-	topic string
-	i     int
-	b     *pubBatch
-}
-
-type pubFailed struct {
-	i   int
-	err error
-}
-
-// add queues one XADD, after sending the pipeline when it is full.
-func (s *sender) add(ctx context.Context, a *goredis.XAddArgs, topic string, size, i int, b *pubBatch) {
-	if len(s.dst) > 0 && (len(s.dst) >= maxPipeline || s.bytes+size > maxPipelineBytes) {
-		s.exec(ctx)
-	}
-	s.pipe.XAdd(ctx, a)
-	s.dst = append(s.dst, pubDst{topic: topic, i: i, b: b})
-	s.bytes += size
-}
-
-// exec sends the queued XADDs as one pipeline and files their results.
-func (s *sender) exec(ctx context.Context) {
-	if len(s.dst) == 0 {
-		return
-	}
-	ectx, cancel := context.WithTimeout(ctx, publishTimeout)
-	cmds, _ := s.pipe.Exec(ectx)
-	cancel()
-	var last *pubBatch // the batch of the last result filed, and its item
-	lastI := 0
-	for k, d := range s.dst {
-		var err error
-		if k < len(cmds) {
-			err = cmds[k].Err()
-		} else {
-			err = errors.New("redisstream: no reply") // cannot happen: Exec returns every command queued
-		}
-		if err != nil {
-			err = s.t.publishErr(d.topic, err)
-		}
-		switch {
-		case d.b != nil:
-			d.b.errs[d.i] = err
-			if last != nil && last != d.b {
-				last.sent.Store(int64(lastI) + 1)
+	for i, c := range cmds {
+		if err := c.Err(); err != nil {
+			if errs == nil {
+				errs = make([]error, len(items))
 			}
-			last, lastI = d.b, d.i
-		case err != nil:
-			s.failed = append(s.failed, pubFailed{i: d.i, err: err})
+			errs[i] = t.publishErr(items[i].topic, err)
 		}
 	}
-	if last != nil {
-		last.sent.Store(int64(lastI) + 1)
-	}
-	clear(s.dst)
-	s.dst, s.bytes = s.dst[:0], 0
+	return errs
 }
 
 // pubItemOf validates m and builds its XADD.
@@ -359,103 +254,66 @@ func (t *Transport) Flush(ctx context.Context) error {
 	return nil
 }
 
-// PublishBatch publishes msgs, in order, and waits for every result. It
-// returns nil when every XADD was confirmed, else a
+// PublishBatch publishes msgs, in order, through the publish window
+// ([transport.PublishAll] over PublishAsync), in as few pipelines as its
+// bounds allow (one round trip for up to 512 messages), and waits for
+// every result. It returns nil when every XADD was confirmed, else a
 // *[transport.BatchError] with one entry per message: a message Publish
 // would refuse gets its own error and the others are still published; a
-// reply that was not an entry ID fails its message alone.
-//
-// The batch takes one place in the publish window, whatever its length,
-// and its XADDs go out in the window's order (after what PublishAsync
-// accepted before the call), in pipelines of up to 512 XADDs or 8 MiB of
-// payload, one after another: one round trip per 512 messages, as a
-// go-redis pipeline loop makes, with no callback or goroutine per message.
-//
-// When ctx ends first, PublishBatch returns at once: every message if the
-// batch was not yet sent gets ctx's error (not written); otherwise the
-// messages whose pipeline has its replies keep their results, and the
-// others get [transport.ErrUnknownOutcome] with ctx's error (they may be
-// written). After Close it returns [transport.ErrClosed].
+// message not yet accepted when ctx ended gets ctx's error and was not
+// sent.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
-	var errs []error
-	fail := func(i int, err error) {
-		if errs == nil {
-			errs = make([]error, len(msgs))
-		}
-		errs[i] = err
-	}
-	b := &pubBatch{items: make([]pubItem, 0, len(msgs))}
-	var at []int // at[j] is the index in msgs of b.items[j], when some were refused
-	size := 0
+	errs := make([]error, len(msgs))
+	ready := &prepared{t: t, items: make([]pubItem, 0, len(msgs))}
+	valid := make([]*handler.Message, 0, len(msgs))
+	idx := make([]int, 0, len(msgs))
+	failed := false
 	for i, m := range msgs {
 		it, err := t.pubItemOf(m)
 		if err != nil {
-			if at == nil {
-				at = make([]int, len(b.items), len(msgs))
-				for j := range at {
-					at[j] = j
-				}
-			}
-			fail(i, err)
+			errs[i], failed = err, true
 			continue
 		}
-		b.items = append(b.items, it)
-		if at != nil {
-			at = append(at, i)
-		}
-		size += it.size
+		ready.items = append(ready.items, it)
+		valid = append(valid, m)
+		idx = append(idx, i)
 	}
-	idx := func(j int) int {
-		if at == nil {
-			return j
+	if err := transport.PublishAll(ctx, ready, valid); err != nil {
+		var be *transport.BatchError
+		if !errors.As(err, &be) {
+			return err
 		}
-		return at[j]
-	}
-	if len(b.items) > 0 {
-		b.errs = make([]error, len(b.items))
-		err := ctx.Err()
-		sent := err == nil
-		if sent {
-			err = t.pub.Add(ctx, pubItem{batch: b, size: size})
-		}
-		switch {
-		case err == nil:
-			for j, err := range b.errs {
-				if err != nil {
-					fail(idx(j), err)
-				}
-			}
-		case errors.Is(err, batch.ErrClosed):
-			for j := range b.items {
-				fail(idx(j), fmt.Errorf("redisstream: publish %q: %w", b.items[j].topic, transport.ErrClosed))
-			}
-		case !sent || errors.Is(err, batch.ErrNotHandled):
-			// Not given to xadd: not sent.
-			for j := range b.items {
-				fail(idx(j), fmt.Errorf("redisstream: publish %q to %s: not sent: %w", b.items[j].topic, t.cfg.addr, err))
-			}
-		default:
-			// Given to xadd, and ctx ended before its results: those in
-			// are final, the others may be written.
-			n := int(b.sent.Load())
-			for j := range b.items {
-				if j < n {
-					if b.errs[j] != nil {
-						fail(idx(j), b.errs[j])
-					}
-					continue
-				}
-				fail(idx(j), fmt.Errorf("redisstream: publish %q to %s: %w: %w", b.items[j].topic, t.cfg.addr, transport.ErrUnknownOutcome, err))
+		for j, err := range be.Errs {
+			if err != nil {
+				errs[idx[j]], failed = err, true
 			}
 		}
 	}
-	if errs != nil {
+	if failed {
 		return &transport.BatchError{Errs: errs}
 	}
 	return nil
 }
+
+// prepared is the AsyncPublisher that PublishBatch gives
+// transport.PublishAll: the items PublishBatch already built, handed to
+// the window in the order PublishAll publishes its messages (one call at
+// a time, in order), so that each message is encoded once.
+type prepared struct {
+	t     *Transport
+	items []pubItem
+	next  int
+}
+
+func (p *prepared) PublishAsync(ctx context.Context, _ *handler.Message, done func(error)) error {
+	it := p.items[p.next]
+	p.next++
+	return p.t.submit(ctx, it, done)
+}
+
+func (p *prepared) Flush(ctx context.Context) error { return p.t.Flush(ctx) }
 
 var _ transport.AsyncPublisher = (*Transport)(nil)

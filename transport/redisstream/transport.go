@@ -47,11 +47,10 @@ type Transport struct {
 	// and the stream re-reads its own pending entries before new ones
 	// (fetch.go), and the XADDs of publishes, so that a lost reply is
 	// reported as an unknown outcome instead of writing a second entry.
-	rc     *goredis.Client
-	pub    *batch.Batcher[pubItem] // publish.go
-	sender sender                  // the batcher's handler's, publish.go
-	cfg    config
-	log    *slog.Logger
+	rc  *goredis.Client
+	pub *batch.Batcher[pubItem] // publish.go
+	cfg config
+	log *slog.Logger
 
 	rr     atomic.Uint32 // round robin over shards for keyless messages
 	closed atomic.Bool
