@@ -190,6 +190,64 @@ func TestPublishBatchInvalidMessage(t *testing.T) {
 	}
 }
 
+// TestPublishBatchPipelines: a PublishBatch of 1,200 messages, more than
+// one pipeline of 512, behind a message PublishAsync accepted just before
+// it, is written after that message and in its own order; a message Redis
+// refuses (WRONGTYPE, in the second pipeline) fails alone with a plain
+// error, and every other message's result is nil.
+func TestPublishBatchPipelines(t *testing.T) {
+	requireShared(t)
+	topic, notStream := uniq("batch-pipelines"), uniq("batch-string")
+	cleanupKeys(t, sharedAddr, topic)
+	cleanupKeys(t, sharedAddr, notStream)
+	tr := open(t, "redis://"+sharedAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := tr.Client().Set(ctx, notStream, "a string, not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const n, bad = 1200, 700
+	r := newResults()
+	if err := tr.PublishAsync(ctx, &handler.Message{ID: "first", Key: "k", Topic: topic, Payload: []byte("x")}, r.done("first")); err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]*handler.Message, n)
+	for i := range msgs {
+		msgs[i] = &handler.Message{ID: strconv.Itoa(i), Key: "k", Topic: topic, Payload: []byte("x")}
+	}
+	msgs[bad].Topic = notStream
+	err := tr.PublishBatch(ctx, msgs)
+	var be *transport.BatchError
+	if !errors.As(err, &be) || len(be.Errs) != n {
+		t.Fatalf("PublishBatch = %v; want a BatchError of %d entries", err, n)
+	}
+	for i, err := range be.Errs {
+		switch {
+		case i == bad && (err == nil || errors.Is(err, transport.ErrUnknownOutcome) || !strings.Contains(err.Error(), "WRONGTYPE")):
+			t.Errorf("message %d (to a string key) = %v; want a plain WRONGTYPE error", i, err)
+		case i != bad && err != nil:
+			t.Errorf("message %d = %v; want nil", i, err)
+		}
+	}
+	r.wg.Wait()
+	if errs := r.errs["first"]; len(errs) != 1 || errs[0] != nil {
+		t.Errorf("PublishAsync's results %v; want one nil", errs)
+	}
+	xs, err := tr.Client().XRange(ctx, topic, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []any{"first"}
+	for i := range n {
+		if i != bad {
+			want = append(want, strconv.Itoa(i))
+		}
+	}
+	if got := ids(xs); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("stream holds %d entries %v...; want %d, first then 0..%d without %d, in order", len(got), got[:min(5, len(got))], len(want), n-1, bad)
+	}
+}
+
 // TestPublishOutage (issue 18 item 7): a publish that cannot reach Redis
 // (the server is down: connection refused) is a plain error, and nothing
 // was written; a publish whose reply is lost after Redis executed it (a
