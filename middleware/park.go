@@ -318,7 +318,6 @@ func parkSub(m *handler.Message) string {
 }
 
 func (h *parkHandler) Handle(ctx context.Context, m *handler.Message) error {
-	entered := time.Now()
 	ctx, outer, sc := enter(ctx, layerPark, &h.scopes)
 	defer sc.leave(outer)
 	if outer&(layerRetry|layerTimeout|layerRecover|layerDedupe|layerPark) != 0 {
@@ -345,7 +344,7 @@ func (h *parkHandler) Handle(ctx context.Context, m *handler.Message) error {
 	}
 
 	set := h.set(sub)
-	parked, err := h.lookup(ctx, set, sub, m, entered)
+	parked, err := h.lookup(ctx, set, sub, m)
 	if err != nil {
 		return err
 	}
@@ -501,9 +500,11 @@ func (h *parkHandler) set(sub string) *parkedSet {
 	return v.(*parkedSet)
 }
 
-// lookup reports whether m's key may be parked: exactly for a Checker lot,
-// else from a snapshot read after entered (or within CacheFor of it).
-func (h *parkHandler) lookup(ctx context.Context, set *parkedSet, sub string, m *handler.Message, entered time.Time) (bool, error) {
+// lookup reports whether m's key may be parked: exactly for a Checker lot
+// or a Watcher that can answer, else from a snapshot read after m reached
+// lookup (or within CacheFor of it). Only that fallback reads the clock:
+// the first two are the path of every healthy message.
+func (h *parkHandler) lookup(ctx context.Context, set *parkedSet, sub string, m *handler.Message) (bool, error) {
 	if h.checker != nil {
 		return h.checker.IsParked(sub, m.Key), nil
 	}
@@ -512,7 +513,7 @@ func (h *parkHandler) lookup(ctx context.Context, set *parkedSet, sub string, m 
 			return parked, nil
 		}
 	}
-	need := entered.Add(-h.cfg.cacheFor)
+	need := time.Now().Add(-h.cfg.cacheFor)
 	var v *parkedView
 	err := h.retryLot(ctx, "lookup", m, func() (err error) {
 		v, err = set.fresh(ctx, h.lot, sub, need)
