@@ -234,6 +234,9 @@ func TestCloseAfterLostPullKeepsOrder(t *testing.T) {
 	if ids := drainN(t, stA, 1, 10*time.Second); ids[0] != "m0" {
 		t.Fatalf("first delivery %v; want m0", ids)
 	}
+	// m0's ack must reach the server before the connection is cut, or m0
+	// comes back with m1 and m2 and B's order says nothing about them.
+	waitAcked(t, sharedURL, topic, 1)
 	px.armDrop(topic)
 	publish("m1") // delivered into A's open pull, dropped, the connection cut
 	select {
