@@ -31,7 +31,6 @@ func BenchmarkRouterOverhead(b *testing.B) {
 				d := &st.ds[i]
 				d.st = st
 				d.m = handler.Message{ID: strconv.Itoa(i), Key: "key-" + strconv.Itoa(i%100), Topic: "t"}
-				d.m.SetFacts(handler.Facts{Attempt: 1, Transport: "fake", Partition: int32(i % 4), Offset: int64(i)})
 			}
 			done := make(chan struct{})
 			st.want = int64(b.N)
@@ -85,8 +84,12 @@ type fakeStream struct {
 
 func (s *fakeStream) Receive(ctx context.Context) (transport.Delivery, error) {
 	if s.next < s.total {
+		d := &s.ds[s.next%len(s.ds)]
+		// Facts anew for every delivery, as a transport records them when
+		// it hands a message over.
+		d.m.SetFacts(handler.Facts{Attempt: 1, Transport: "fake", Partition: int32(s.next % 4), Offset: int64(s.next)})
 		s.next++
-		return &s.ds[(s.next-1)%len(s.ds)], nil
+		return d, nil
 	}
 	<-ctx.Done()
 	return nil, ctx.Err()
