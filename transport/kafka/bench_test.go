@@ -2,9 +2,11 @@ package kafka_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -168,11 +170,8 @@ func compare(b *testing.B, variants map[string]variant) {
 	}
 	b.StopTimer()
 	for _, name := range names {
-		r := rates[name]
-		b.ReportMetric(benchstat.Median(r), name+"-msg/s")
+		b.ReportMetric(benchstat.Median(rates[name]), name+"-msg/s")
 		b.ReportMetric(benchstat.Median(cpus[name]), name+"-cpu-µs/msg")
-		b.Logf("%s msg/s by round: %.0f", name, r)
-		b.Logf("%s CPU µs/msg by round: %.2f", name, cpus[name])
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(n*rounds), "ns/op") // Ferry's time per message
 	for _, mine := range []string{"ferry", "stream"} {
@@ -185,10 +184,24 @@ func compare(b *testing.B, variants map[string]variant) {
 				ratios[i] = rates[mine][i] / rates[other][i]
 			}
 			b.ReportMetric(benchstat.Median(ratios), mine+"/"+other)
-			if mine == "ferry" && other == "sarama" {
-				b.Logf("ferry/sarama by round: %.2f", ratios)
-			}
 		}
+	}
+	if rounds < compareRounds {
+		return // the testing package's probe run (b.N = 1): nothing to read
+	}
+	// One short line per round: the testing package keeps only the first
+	// ten lines a benchmark logs.
+	slices.Sort(names) // ferry, sarama, stream, watermill: the same columns every line
+	for i := range rounds {
+		var line strings.Builder
+		fmt.Fprintf(&line, "round %d:", i+1)
+		for _, name := range names {
+			fmt.Fprintf(&line, " %s %.0fk/s %.2fµs", name, rates[name][i]/1000, cpus[name][i])
+		}
+		if rates["ferry"] != nil && rates["sarama"] != nil {
+			fmt.Fprintf(&line, " ferry/sarama %.2f", rates["ferry"][i]/rates["sarama"][i])
+		}
+		b.Log(line.String())
 	}
 }
 

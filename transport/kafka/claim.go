@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -47,9 +48,13 @@ func (s *stream) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.Con
 		msgs    = claim.Messages()
 		ctx     = sess.Context()
 		waiting []*sarama.ConsumerMessage // fetched; the window had no room
-		batch   []*delivery               // in the window, not yet handed to Receive
-		paused  bool
-		tp      = map[string][]int32{p.topic: {p.id}}
+		// spare is waiting's first backing array, reused whenever waiting
+		// empties, so that a fetch's records are gathered without growing
+		// a new slice each time.
+		spare  = make([]*sarama.ConsumerMessage, 0, 512)
+		batch  []*delivery // in the window, not yet handed to Receive
+		paused bool
+		tp     = map[string][]int32{p.topic: {p.id}}
 		// stuck fires when the window has stayed full for grace.
 		stuck   = time.NewTimer(time.Hour)
 		grace   = s.client.Config().Consumer.MaxProcessingTime / 2
@@ -132,7 +137,7 @@ func (s *stream) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.Con
 			n := p.admit(waiting, &batch, resumeAt)
 			clear(waiting[:n])
 			if waiting = waiting[n:]; len(waiting) == 0 {
-				waiting = nil
+				waiting = spare[:0] // the taken ones were cleared: it holds no record
 				if stuckOn {
 					stuck.Stop()
 					stuckOn = false
@@ -168,15 +173,15 @@ func (p *partition) admit(recs []*sarama.ConsumerMessage, batch *[]*delivery, ne
 	var (
 		poison map[*record]poisoned
 		rs     []record // the current chunk
-		all    = make([]*record, 0, taken)
+		from   = len(*batch)
 	)
+	*batch = slices.Grow(*batch, taken) // at most one allocation for them all
 	for i, cm := range recs[:taken] {
 		if len(rs) == 0 {
 			rs = make([]record, min(recordChunk, taken-i))
 		}
 		r := &rs[0]
 		rs = rs[1:]
-		all = append(all, r)
 		r.p, r.offset, r.attempt = p, cm.Offset, 1
 		r.first.rec, r.first.attempt = r, 1
 		if err := decodeWith(cm, &r.msg, strs.str); err != nil {
@@ -198,7 +203,9 @@ func (p *partition) admit(recs []*sarama.ConsumerMessage, batch *[]*delivery, ne
 		*batch = append(*batch, &r.first)
 	}
 	p.mu.Lock()
-	p.queue = append(p.queue, all...)
+	for _, d := range (*batch)[from:] { // the records just taken, in offset order
+		p.queue = append(p.queue, d.rec)
+	}
 	p.undone += taken
 	if poison != nil {
 		if p.poison == nil {
