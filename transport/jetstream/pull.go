@@ -87,7 +87,7 @@ func (s *stream) pull(p *part, now time.Time) error {
 	if p.sub == nil {
 		p.inbox = s.t.nc.NewInbox()
 		p.nextSubj = "$JS.API.CONSUMER.MSG.NEXT." + s.name + "." + p.name
-		ch := make(chan *nats.Msg, 2*s.pl.cc.fetch+64)
+		ch := make(chan *nats.Msg, 8*s.pl.cc.fetch+64)
 		sub, err := s.t.nc.ChanSubscribe(p.inbox+".*", ch)
 		if err != nil {
 			return s.t.errf("pull from %s/%s: subscribing: %w", s.name, p.name, err)
@@ -113,6 +113,14 @@ func (s *stream) pull(p *part, now time.Time) error {
 	}
 	p.want += n
 	p.until = now.Add(s.pl.cc.fetchWait + pullGrace).UnixNano()
+	// Set once per request, not per Receive: a value left in its channel
+	// by an earlier expiry is dropped by Reset, and expire checks the
+	// clock anyway.
+	if p.timer == nil {
+		p.timer = time.NewTimer(s.pl.cc.fetchWait + pullGrace)
+	} else {
+		p.timer.Reset(s.pl.cc.fetchWait + pullGrace)
+	}
 	// What is buffered now arrived before now; what comes after it, after.
 	if l := len(p.msgs); l == 0 {
 		p.fetchedAt, p.nmarks = now, 0
@@ -244,12 +252,3 @@ func (s *stream) endPulls(p *part) {
 	}
 }
 
-// timerFor returns p's timer, set to fire after d.
-func (p *part) timerFor(d time.Duration) *time.Timer {
-	if p.timer == nil {
-		p.timer = time.NewTimer(d)
-	} else {
-		p.timer.Reset(d)
-	}
-	return p.timer
-}

@@ -215,12 +215,10 @@ func (s *stream) next1(ctx context.Context, p *part) (*nats.Msg, error) {
 	if s.expire(p, now) {
 		return nil, nil
 	}
-	timer := p.timerFor(time.Duration(p.until - now.UnixNano()))
-	defer timer.Stop()
 	select {
 	case m := <-p.msgs:
 		return s.take(p, m)
-	case <-timer.C:
+	case <-p.timer.C:
 		s.expire(p, time.Now())
 		return nil, nil
 	case <-ctx.Done():
@@ -274,7 +272,8 @@ func (s *stream) nextN(ctx context.Context) (*part, *nats.Msg, error) {
 			if s.expire(p, now) {
 				return nil, nil, nil
 			}
-			soonest = min(soonest, p.until)
+			s.cases = append(s.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.timer.C)})
+			s.caseP = append(s.caseP, nil)
 		case p.held.Load() && r > now.UnixNano():
 			soonest = min(soonest, r)
 		}
@@ -293,7 +292,7 @@ func (s *stream) nextN(ctx context.Context) (*part, *nats.Msg, error) {
 		return nil, nil, s.closedErr()
 	case chosen == 2:
 		return nil, nil, nil
-	case chosen-3 >= len(s.caseP):
+	case chosen-3 >= len(s.caseP) || s.caseP[chosen-3] == nil:
 		now = time.Now()
 		for _, p := range s.parts {
 			s.expire(p, now)
@@ -447,6 +446,9 @@ func (s *stream) Close(ctx context.Context) error {
 		if p.sub != nil {
 			_ = p.sub.Unsubscribe()
 		}
+		if p.timer != nil {
+			p.timer.Stop()
+		}
 	}
 	s.mu.Lock()
 	ds := make([]*delivery, 0, len(s.live))
@@ -496,7 +498,6 @@ func (s *stream) drain(ctx context.Context, p *part) []*nats.Msg {
 		if now.UnixNano() >= p.until {
 			break
 		}
-		timer := p.timerFor(time.Duration(p.until - now.UnixNano()))
 		select {
 		case m := <-p.msgs:
 			if raw, _ := s.take(p, m); raw != nil {
@@ -505,15 +506,13 @@ func (s *stream) drain(ctx context.Context, p *part) []*nats.Msg {
 					p.want--
 				}
 			}
-		case <-timer.C:
+		case <-p.timer.C:
 		case <-ctx.Done():
-			timer.Stop()
 			if !mine {
 				return nil
 			}
 			return out // the rest comes back after AckWait
 		}
-		timer.Stop()
 	}
 	if !mine {
 		return nil
