@@ -251,4 +251,3 @@ func (s *stream) endPulls(p *part) {
 		s.lease.poke()
 	}
 }
-
