@@ -153,9 +153,10 @@ func (s *stream) closedErr() error {
 }
 
 // Receive returns the next message of a partition this member holds, in
-// the consumer's order, pulling up to fetch messages at a time (one pull
-// request, waiting up to fetch_wait). When ctx ends it returns ctx.Err();
-// the pull stays open and the next Receive goes on with it, so nothing is
+// the consumer's order, pulling fetch messages per pull request (each
+// waiting up to fetch_wait), the next one asked for before the current
+// one runs out (see pull.go). When ctx ends it returns ctx.Err(); the
+// pulls stay open and the next Receive goes on with them, so nothing is
 // lost or reordered. An error of the pull (a lost connection, a deleted
 // consumer) is returned wrapped, and the next Receive pulls again: the
 // caller owns the backoff.
@@ -232,7 +233,7 @@ func (s *stream) next1(ctx context.Context, p *part) (*nats.Msg, error) {
 // opening pulls on those it may read: first whatever is buffered, taking
 // the partitions in turn, then it waits on them all.
 func (s *stream) nextN(ctx context.Context) (*part, *nats.Msg, error) {
-	now := time.Now()
+	now := time.Now() // before the look at the buffers below
 	for _, p := range s.parts {
 		if !p.open() && p.usable(now.UnixNano()) {
 			if err := s.pull(p, now); err != nil {
@@ -254,7 +255,6 @@ func (s *stream) nextN(ctx context.Context) (*part, *nats.Msg, error) {
 		default:
 		}
 	}
-	now = time.Now()
 	s.cases = append(s.cases[:0],
 		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.closing)},
