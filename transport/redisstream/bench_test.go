@@ -324,6 +324,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		var ms runtime.MemStats
 		for i := range runs {
 			j := (i + r) % len(runs)
+			runtime.GC() // the previous contender's garbage is not this one's CPU
 			runtime.ReadMemStats(&ms)
 			m0 := ms.Mallocs
 			c0 := benchstat.CPUTime()
