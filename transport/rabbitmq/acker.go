@@ -90,7 +90,10 @@ func (a *acker) add(tag uint64) {
 	}
 	if len(s) > 0 && s[0].lo == a.floor {
 		a.floor = s[0].hi + 1
-		s = s[1:]
+		// Shift in place rather than reslice: the set keeps its array's
+		// capacity, so that it does not grow a new one every few acks (it
+		// holds few ranges: those above a delivery still being handled).
+		s = s[:copy(s, s[1:])]
 	}
 	a.settled = s
 }

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -349,9 +350,10 @@ func consumeFerry(tb testing.TB, tr *rabbitmq.Transport, topic string, n, p int)
 // rounds on fresh queues, alternating which goes first. Timing runs from
 // the first message handled to the last (setup, such as the Router's
 // declarations, is left out on both sides). It reports each
-// side's median rate, the median of the per-round ratios (ferry/raw) and
+// side's median rate, the median of the per-round ratios (ferry/raw),
 // the client CPU time (the process's) per message of each side, the
-// Router's start included.
+// Router's start included, and the heap allocations per message of each
+// (the process's; garbage is collected before each side starts).
 //
 //	go test -run '^$' -bench ConsumeVsRaw -benchtime 100000x ./transport/rabbitmq
 func BenchmarkConsumeVsRaw(b *testing.B) {
@@ -372,7 +374,7 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 	}
 	tr := open(b)
 	b.SetBytes(int64(len(benchPayload)))
-	var raws, ferrys, ratios, rawCPU, ferryCPU []float64
+	var raws, ferrys, ratios, rawCPU, ferryCPU, rawAllocs, ferryAllocs []float64
 	b.ResetTimer()
 	for r := range rounds {
 		b.StopTimer()
@@ -391,15 +393,31 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 		fillQueue(b, pch, ferryTopic, ids, keys)
 		b.StartTimer()
 		var tRaw, tFerry, cRaw, cFerry time.Duration
+		var aRaw, aFerry uint64
+		var ms runtime.MemStats
+		// mallocs returns the process's heap allocations so far, after
+		// collecting the garbage of what ran before (so that one side's
+		// GC is not charged to the other's CPU).
+		mallocs := func() uint64 {
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			return ms.Mallocs
+		}
 		doRaw := func() {
+			a0 := mallocs()
 			c0 := benchstat.CPUTime()
 			tRaw = consumeRaw(b, conn, rawQueue, n, prefetch)
 			cRaw = benchstat.CPUTime() - c0
+			runtime.ReadMemStats(&ms)
+			aRaw = ms.Mallocs - a0
 		}
 		doFerry := func() {
+			a0 := mallocs()
 			c0 := benchstat.CPUTime()
 			tFerry = consumeFerry(b, tr, ferryTopic, n, prefetch)
 			cFerry = benchstat.CPUTime() - c0
+			runtime.ReadMemStats(&ms)
+			aFerry = ms.Mallocs - a0
 		}
 		if r%2 == 0 {
 			doRaw()
@@ -411,6 +429,8 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 		b.StopTimer()
 		rawCPU = append(rawCPU, float64(cRaw.Microseconds())/float64(n))
 		ferryCPU = append(ferryCPU, float64(cFerry.Microseconds())/float64(n))
+		rawAllocs = append(rawAllocs, float64(aRaw)/float64(n))
+		ferryAllocs = append(ferryAllocs, float64(aFerry)/float64(n))
 		raws = append(raws, float64(n)/tRaw.Seconds())
 		ferrys = append(ferrys, float64(n)/tFerry.Seconds())
 		ratios = append(ratios, tRaw.Seconds()/tFerry.Seconds())
@@ -422,5 +442,7 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 	b.ReportMetric(benchstat.Median(ratios), "ferry/raw")
 	b.ReportMetric(benchstat.Median(rawCPU), "raw-cpu-µs/msg")
 	b.ReportMetric(benchstat.Median(ferryCPU), "ferry-cpu-µs/msg")
+	b.ReportMetric(benchstat.Median(rawAllocs), "raw-allocs/msg")
+	b.ReportMetric(benchstat.Median(ferryAllocs), "ferry-allocs/msg")
 	b.Logf("rounds of %d: raw %v msg/s, ferry %v msg/s, ratios %.2f", n, benchstat.Rounded(raws), benchstat.Rounded(ferrys), ratios)
 }

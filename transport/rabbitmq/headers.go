@@ -293,10 +293,26 @@ func fromDelivery(m *handler.Message, d *amqp.Delivery, topic string) {
 	m.ID = d.MessageId
 	m.Topic = topic
 	m.Payload = d.Body
-	n := len(d.Headers) + 4
-	h := make(map[string]string, n)
+	// The map is made only when a header is left for it: a message whose
+	// only headers are Ferry's key and ID (the usual case) costs none.
+	var h map[string]string
+	put := func(k, v string) {
+		if h == nil {
+			h = make(map[string]string, len(d.Headers)+4)
+		}
+		h[k] = v
+	}
+	keySet := false
 	for k, v := range d.Headers {
 		switch k {
+		case transport.HeaderKey:
+			m.Key, keySet = headerString(v), true
+			continue
+		case transport.HeaderID:
+			if d.MessageId == "" {
+				m.ID = headerString(v)
+			}
+			continue
 		case hdrPrior, hdrTopic, hdrQueue, "x-delivery-count":
 			// Private, or read into Facts.Attempt.
 			continue
@@ -313,21 +329,16 @@ func fromDelivery(m *handler.Message, d *amqp.Delivery, topic string) {
 				continue
 			}
 		}
-		h[k] = headerString(v)
+		put(k, headerString(v))
 	}
-	if k, ok := h[transport.HeaderKey]; ok {
-		m.Key = k
-		delete(h, transport.HeaderKey)
-	} else if _, retried := d.Headers[hdrQueue]; !retried {
-		m.Key = d.RoutingKey
+	if !keySet {
+		if _, retried := d.Headers[hdrQueue]; !retried {
+			m.Key = d.RoutingKey
+		}
 	}
-	if m.ID == "" {
-		m.ID = h[transport.HeaderID]
-	}
-	delete(h, transport.HeaderID)
 	set := func(k, v string) {
 		if v != "" {
-			h[k] = v
+			put(k, v)
 		}
 	}
 	set(HeaderContentType, d.ContentType)
@@ -337,13 +348,9 @@ func fromDelivery(m *handler.Message, d *amqp.Delivery, topic string) {
 	set(HeaderType, d.Type)
 	set(HeaderAppID, d.AppId)
 	if d.Priority != 0 {
-		h[HeaderPriority] = strconv.Itoa(int(d.Priority))
+		put(HeaderPriority, strconv.Itoa(int(d.Priority)))
 	}
-	if len(h) > 0 {
-		m.Headers = h
-	} else {
-		m.Headers = nil
-	}
+	m.Headers = h
 }
 
 // withoutDelayDeaths returns the x-death value v without the entries of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -292,8 +293,9 @@ func publishBatch(b *testing.B, tr *redisstream.Transport, topic string, ids, ke
 // PublishAsync (its window, default 1024) then Flush, and PublishBatch of
 // 1,000 at a time. Seven rounds on fresh streams, rotating which goes
 // first; it reports each side's median rate, the median over the rounds
-// of the per-round ratios to raw, and the client CPU time (the process's,
-// user and system) per message of each.
+// of the per-round ratios to raw, the client CPU time (the process's,
+// user and system) per message of each, and the heap allocations per
+// message of each (the process's, go-redis's included).
 func BenchmarkPublishVsRaw(b *testing.B) {
 	requireShared(b)
 	const rounds = 7
@@ -303,7 +305,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 	tr := open(b, "redis://"+sharedAddr)
 	ids, keys := benchIDs(n)
 	b.SetBytes(1024)
-	var raws, asyncs, batches, rawCPU, asyncCPU, batchCPU []float64
+	var raws, asyncs, batches, rawCPU, asyncCPU, batchCPU, rawAllocs, asyncAllocs, batchAllocs []float64
 	b.ResetTimer()
 	for r := range rounds {
 		b.StopTimer()
@@ -318,11 +320,18 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 			func() time.Duration { return publishBatch(b, tr, topic+"-batch", ids, keys) },
 		}
 		took, cpu := make([]time.Duration, len(runs)), make([]time.Duration, len(runs))
+		mallocs := make([]uint64, len(runs))
+		var ms runtime.MemStats
 		for i := range runs {
 			j := (i + r) % len(runs)
+			runtime.GC() // the previous contender's garbage is not this one's CPU
+			runtime.ReadMemStats(&ms)
+			m0 := ms.Mallocs
 			c0 := benchstat.CPUTime()
 			took[j] = runs[j]()
 			cpu[j] = benchstat.CPUTime() - c0
+			runtime.ReadMemStats(&ms)
+			mallocs[j] = ms.Mallocs - m0
 		}
 		b.StopTimer()
 		for _, s := range []string{"-raw", "-async", "-batch"} {
@@ -335,6 +344,9 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		rawCPU = append(rawCPU, float64(cpu[0].Microseconds())/float64(n))
 		asyncCPU = append(asyncCPU, float64(cpu[1].Microseconds())/float64(n))
 		batchCPU = append(batchCPU, float64(cpu[2].Microseconds())/float64(n))
+		rawAllocs = append(rawAllocs, float64(mallocs[0])/float64(n))
+		asyncAllocs = append(asyncAllocs, float64(mallocs[1])/float64(n))
+		batchAllocs = append(batchAllocs, float64(mallocs[2])/float64(n))
 		raws = append(raws, float64(n)/took[0].Seconds())
 		asyncs = append(asyncs, float64(n)/took[1].Seconds())
 		batches = append(batches, float64(n)/took[2].Seconds())
@@ -351,6 +363,9 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 	b.ReportMetric(benchstat.Median(rawCPU), "raw-cpu-µs/msg")
 	b.ReportMetric(benchstat.Median(asyncCPU), "async-cpu-µs/msg")
 	b.ReportMetric(benchstat.Median(batchCPU), "batch-cpu-µs/msg")
+	b.ReportMetric(benchstat.Median(rawAllocs), "raw-allocs/msg")
+	b.ReportMetric(benchstat.Median(asyncAllocs), "async-allocs/msg")
+	b.ReportMetric(benchstat.Median(batchAllocs), "batch-allocs/msg")
 	b.Logf("rounds of %d messages: raw %v msg/s, PublishAsync %v (ratios %.2f), PublishBatch %v (ratios %.2f)",
 		n, benchstat.Rounded(raws), benchstat.Rounded(asyncs), ar, benchstat.Rounded(batches), br)
 }

@@ -145,11 +145,11 @@ func (t *Transport) moveDue() int {
 			continue
 		}
 		m := &handler.Message{ID: dm.ID, Key: dm.Key, Topic: dm.Topic, Payload: dm.Payload, Headers: dm.Headers}
-		it, err := t.pubItemOf(m)
+		// The publisher's shard, whatever this Transport's shards are.
+		x := new(xadd)
+		err := t.build(x, m, dm.Stream)
 		if err == nil {
-			// The publisher's shard, whatever this Transport's shards are.
-			it.args.Stream = dm.Stream
-			err = t.batchErr(m.Topic, t.pub.Add(ctx, it))
+			err = t.batchErr(m.Topic, t.pub.Add(ctx, pubItem{x: x}))
 		}
 		if err != nil {
 			if !t.closed.Load() {

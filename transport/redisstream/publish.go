@@ -66,12 +66,106 @@ const (
 	publishTimeout = 30 * time.Second
 )
 
+// xadd is one XADD ready to send: the go-redis command and the values its
+// arguments point to, in one value. go-redis writes *string, *int64 and
+// encoding.BinaryMarshaler arguments without converting them, so building
+// the command costs the command itself and nothing per field (a string
+// or []byte stored in an interface would cost an allocation each), and
+// PublishBatch allocates the xadds of a whole batch at once.
+//
+// An xadd is sent once: the command keeps its reply.
+type xadd struct {
+	cmd     *goredis.StringCmd
+	topic   string // for errors
+	stream  string
+	id, key string
+	minID   string
+	payload payloadArg
+	hdr     []string // header names and values, when m has headers
+	argv    [12]any  // the arguments when m has no headers
+}
+
+// Fixed arguments of an XADD, stored in interfaces once.
+var (
+	argXAdd, argMaxLen, argMinID, argApprox, argAutoID any = "xadd", "maxlen", "minid", "~", "*"
+	argFieldID, argFieldKey, argFieldPayload           any = FieldID, FieldKey, FieldPayload
+)
+
+// payloadArg is a payload as an XADD argument: go-redis writes what
+// MarshalBinary returns as a bulk string, as it writes a []byte, without
+// the []byte's allocation as an interface value.
+type payloadArg []byte
+
+// MarshalBinary returns the payload itself (nil writes an empty string,
+// as an empty payload).
+func (p *payloadArg) MarshalBinary() ([]byte, error) { return *p, nil }
+
+// build fills x with the XADD of m, to stream when it is not empty (the
+// delayed-message mover keeps the publisher's shard), else to m's stream
+// under t's shards, with t's trimming. It refuses what Publish refuses.
+func (t *Transport) build(x *xadd, m *handler.Message, stream string) error {
+	if m.Topic == "" {
+		return fmt.Errorf("%w: redisstream: publish: empty topic", transport.ErrInvalidOption)
+	}
+	if len(m.Payload) > t.cfg.maxPayload {
+		return fmt.Errorf("redisstream: publish %q: payload of %d bytes, max_payload %d: %w",
+			m.Topic, len(m.Payload), t.cfg.maxPayload, transport.ErrTooLarge)
+	}
+	x.topic, x.id, x.key, x.payload = m.Topic, m.ID, m.Key, m.Payload
+	switch {
+	case stream != "":
+		x.stream = stream
+	case t.cfg.shards > 1:
+		n := t.cfg.shards
+		var i int
+		if m.Key != "" {
+			i = ShardOf(m.Key, n)
+		} else {
+			i = int(t.rr.Add(1) % uint32(n))
+		}
+		x.stream = StreamKey(m.Topic, n, i)
+	default:
+		x.stream = m.Topic
+	}
+	args := x.argv[:0]
+	if len(m.Headers) > 0 {
+		args = make([]any, 0, len(x.argv)+2*len(m.Headers))
+		x.hdr = make([]string, 0, 2*len(m.Headers))
+	}
+	args = append(args, argXAdd, &x.stream)
+	switch {
+	case t.cfg.retention > 0:
+		x.minID = strconv.FormatInt(time.Now().Add(-t.cfg.retention).UnixMilli(), 10)
+		args = append(args, argMinID, argApprox, &x.minID)
+	case t.cfg.maxLen > 0:
+		args = append(args, argMaxLen, argApprox, &t.cfg.maxLen)
+	}
+	args = append(args, argAutoID)
+	if x.id != "" {
+		args = append(args, argFieldID, &x.id)
+	}
+	if x.key != "" {
+		args = append(args, argFieldKey, &x.key)
+	}
+	for k, v := range m.Headers {
+		if k == FieldID || k == FieldKey || k == FieldPayload {
+			return fmt.Errorf("%w: redisstream: publish %q: header %q: the name is a reserved stream field (where ID, Key or Payload travel)",
+				transport.ErrInvalidMessage, m.Topic, k)
+		}
+		x.hdr = append(x.hdr, k, v) // within its capacity: the pointers below stay valid
+		args = append(args, &x.hdr[len(x.hdr)-2], &x.hdr[len(x.hdr)-1])
+	}
+	args = append(args, argFieldPayload, &x.payload)
+	// The command's own context is not consulted for a plain client's
+	// command: send bounds the pipeline with its own.
+	x.cmd = goredis.NewStringCmd(context.Background(), args...)
+	return nil
+}
+
 // pubItem is one XADD to send.
 type pubItem struct {
-	topic string
-	args  *goredis.XAddArgs
-	size  int
-	done  func(error) // PublishAsync's; nil for Publish, which Add answers
+	x    *xadd
+	done func(error) // PublishAsync's; nil for Publish, which Add answers
 }
 
 // newPublisher returns the batcher of t's XADDs, with PublishWindow
@@ -79,7 +173,7 @@ type pubItem struct {
 func (t *Transport) newPublisher() (*batch.Batcher[pubItem], error) {
 	w := t.cfg.publishWindow
 	return batch.New(batch.Options{MaxItems: min(maxPipeline, w), MaxBytes: maxPipelineBytes, MaxPending: w},
-		func(it pubItem) int { return it.size }, t.xadd)
+		func(it pubItem) int { return len(it.x.payload) }, t.xadd)
 }
 
 // xadd is the batcher's handler: the XADDs of items in one pipeline. It
@@ -101,29 +195,33 @@ func (t *Transport) xadd(ctx context.Context, items []pubItem) []error {
 }
 
 // send sends the XADDs of items, in one pipeline when there are several,
-// and returns their errors (nil when all succeeded).
+// and returns their errors (nil when all succeeded). It runs on the
+// batcher's one handler goroutine, which alone uses t.cmds.
 func (t *Transport) send(ctx context.Context, items []pubItem) []error {
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	if len(items) == 1 {
-		if err := t.rc.XAdd(ctx, items[0].args).Err(); err != nil {
-			return []error{t.publishErr(items[0].topic, err)}
+		if err := t.rc.Process(ctx, items[0].x.cmd); err != nil {
+			return []error{t.publishErr(items[0].x.topic, err)}
 		}
 		return nil
 	}
-	pipe := t.rc.Pipeline()
-	cmds := make([]*goredis.StringCmd, len(items))
-	for i, it := range items {
-		cmds[i] = pipe.XAdd(ctx, it.args)
+	cmds := t.cmds[:0]
+	for _, it := range items {
+		cmds = append(cmds, it.x.cmd)
 	}
+	pipe := t.rc.Pipeline()
+	_ = pipe.BatchProcess(ctx, cmds...)
 	_, _ = pipe.Exec(ctx)
+	clear(cmds) // hold no command past its batch
+	t.cmds = cmds
 	var errs []error
-	for i, c := range cmds {
-		if err := c.Err(); err != nil {
+	for i, it := range items {
+		if err := it.x.cmd.Err(); err != nil {
 			if errs == nil {
 				errs = make([]error, len(items))
 			}
-			errs[i] = t.publishErr(items[i].topic, err)
+			errs[i] = t.publishErr(it.x.topic, err)
 		}
 	}
 	return errs
@@ -131,11 +229,11 @@ func (t *Transport) send(ctx context.Context, items []pubItem) []error {
 
 // pubItemOf validates m and builds its XADD.
 func (t *Transport) pubItemOf(m *handler.Message) (pubItem, error) {
-	a, err := t.xaddArgs(m)
-	if err != nil {
+	x := new(xadd)
+	if err := t.build(x, m, ""); err != nil {
 		return pubItem{}, err
 	}
-	return pubItem{topic: m.Topic, args: a, size: len(m.Payload)}, nil
+	return pubItem{x: x}, nil
 }
 
 // batchErr turns the batcher's error for an item of topic into the
@@ -239,9 +337,9 @@ func (t *Transport) submit(ctx context.Context, it pubItem, done func(error)) er
 	case err == nil:
 		return nil
 	case errors.Is(err, batch.ErrClosed):
-		return fmt.Errorf("redisstream: publish %q: %w", it.topic, transport.ErrClosed)
+		return fmt.Errorf("redisstream: publish %q: %w", it.x.topic, transport.ErrClosed)
 	}
-	return fmt.Errorf("redisstream: publish %q: the window of %d messages is full: %w", it.topic, t.cfg.publishWindow, err)
+	return fmt.Errorf("redisstream: publish %q: the window of %d messages is full: %w", it.x.topic, t.cfg.publishWindow, err)
 }
 
 // Flush waits until every message accepted before the call (by
@@ -254,66 +352,59 @@ func (t *Transport) Flush(ctx context.Context) error {
 	return nil
 }
 
-// PublishBatch publishes msgs, in order, through the publish window
-// ([transport.PublishAll] over PublishAsync), in as few pipelines as its
-// bounds allow (one round trip for up to 512 messages), and waits for
-// every result. It returns nil when every XADD was confirmed, else a
-// *[transport.BatchError] with one entry per message: a message Publish
-// would refuse gets its own error and the others are still published; a
-// message not yet accepted when ctx ended gets ctx's error and was not
-// sent.
+// PublishBatch publishes msgs, in order, through the publish window, in
+// as few pipelines as its bounds allow (one round trip for up to 512
+// messages), and waits for every result. It returns nil when every XADD
+// was confirmed, else a *[transport.BatchError] with one entry per
+// message: a message Publish would refuse gets its own error and the
+// others are still published; when ctx ends, a message not yet sent gets
+// ctx's error (it was not written), and one sent whose reply is not in
+// gets an error wrapping [transport.ErrUnknownOutcome] and ctx's error.
+//
+// The messages' XADDs are built in one allocation for the whole batch and
+// handed to the window together, without a callback per message.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
-	errs := make([]error, len(msgs))
-	ready := &prepared{t: t, items: make([]pubItem, 0, len(msgs))}
-	valid := make([]*handler.Message, 0, len(msgs))
-	idx := make([]int, 0, len(msgs))
-	failed := false
+	var errs []error
+	xs := make([]xadd, len(msgs))
+	items := make([]pubItem, 0, len(msgs))
+	var idx []int // idx[j] is the message of items[j], once one was refused
 	for i, m := range msgs {
-		it, err := t.pubItemOf(m)
-		if err != nil {
-			errs[i], failed = err, true
+		if err := t.build(&xs[i], m, ""); err != nil {
+			if errs == nil {
+				errs = make([]error, len(msgs))
+				idx = make([]int, len(items), len(msgs))
+				for j := range idx {
+					idx[j] = j
+				}
+			}
+			errs[i] = err
 			continue
 		}
-		ready.items = append(ready.items, it)
-		valid = append(valid, m)
-		idx = append(idx, i)
-	}
-	if err := transport.PublishAll(ctx, ready, valid); err != nil {
-		var be *transport.BatchError
-		if !errors.As(err, &be) {
-			return err
-		}
-		for j, err := range be.Errs {
-			if err != nil {
-				errs[idx[j]], failed = err, true
-			}
+		items = append(items, pubItem{x: &xs[i]})
+		if idx != nil {
+			idx = append(idx, i)
 		}
 	}
-	if failed {
+	for j, err := range t.pub.AddAll(ctx, items) {
+		if err == nil {
+			continue
+		}
+		i := j
+		if idx != nil {
+			i = idx[j]
+		}
+		if errs == nil {
+			errs = make([]error, len(msgs))
+		}
+		errs[i] = t.batchErr(msgs[i].Topic, err)
+	}
+	if errs != nil {
 		return &transport.BatchError{Errs: errs}
 	}
 	return nil
 }
-
-// prepared is the AsyncPublisher that PublishBatch gives
-// transport.PublishAll: the items PublishBatch already built, handed to
-// the window in the order PublishAll publishes its messages (one call at
-// a time, in order), so that each message is encoded once.
-type prepared struct {
-	t     *Transport
-	items []pubItem
-	next  int
-}
-
-func (p *prepared) PublishAsync(ctx context.Context, _ *handler.Message, done func(error)) error {
-	it := p.items[p.next]
-	p.next++
-	return p.t.submit(ctx, it, done)
-}
-
-func (p *prepared) Flush(ctx context.Context) error { return p.t.Flush(ctx) }
 
 var _ transport.AsyncPublisher = (*Transport)(nil)

@@ -47,10 +47,11 @@ type Transport struct {
 	// and the stream re-reads its own pending entries before new ones
 	// (fetch.go), and the XADDs of publishes, so that a lost reply is
 	// reported as an unknown outcome instead of writing a second entry.
-	rc  *goredis.Client
-	pub *batch.Batcher[pubItem] // publish.go
-	cfg config
-	log *slog.Logger
+	rc   *goredis.Client
+	pub  *batch.Batcher[pubItem] // publish.go
+	cmds []goredis.Cmder         // send's, on the batcher's one handler goroutine
+	cfg  config
+	log  *slog.Logger
 
 	rr     atomic.Uint32 // round robin over shards for keyless messages
 	closed atomic.Bool
