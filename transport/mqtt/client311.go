@@ -51,15 +51,19 @@ func newConn311(t *Transport, s connSpec) *conn311 {
 	if s.onMessage != nil {
 		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { s.onMessage(inbound311{m}) })
 	}
-	if s.beforeDial != nil {
-		var dialed atomic.Bool
-		o.SetCustomOpenConnectionFn(func(uri *url.URL, opts paho.ClientOptions) (net.Conn, error) {
+	var dialed atomic.Bool
+	o.SetCustomOpenConnectionFn(func(uri *url.URL, opts paho.ClientOptions) (net.Conn, error) {
+		if s.beforeDial != nil {
 			if err := s.beforeDial(!dialed.Swap(true)); err != nil {
 				return nil, err
 			}
-			return dial(uri, opts)
-		})
-	}
+		}
+		nc, err := dial(uri, opts)
+		if err != nil {
+			return nil, err
+		}
+		return newConn311Net(nc, opts.WriteTimeout), nil
+	})
 	o.SetConnectionAttemptHandler(func(_ *url.URL, cfg *tls.Config) *tls.Config {
 		c.attempts.Add(1)
 		if s.onAttempt != nil {
