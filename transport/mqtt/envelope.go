@@ -61,10 +61,19 @@ func checkEnvelope(m *handler.Message) error {
 	return nil
 }
 
+// newEnvelope returns m's envelope up to and including `"seq":`, in a
+// buffer with room for the sequence number and the closing brace
+// (finishEnvelope). m must have passed checkEnvelope.
+func newEnvelope(m *handler.Message, pub string) []byte {
+	plain := plainASCII(m.Payload)
+	return appendEnvelope(make([]byte, 0, envelopeSize(m, pub, plain)+21), m, pub, plain)
+}
+
 // appendEnvelope appends m's envelope up to and including `"seq":` to
 // dst; the caller appends the sequence number and closes it with
-// finishEnvelope. m must have passed checkEnvelope.
-func appendEnvelope(dst []byte, m *handler.Message, pub string) []byte {
+// finishEnvelope. m must have passed checkEnvelope; plain is
+// plainASCII(m.Payload).
+func appendEnvelope(dst []byte, m *handler.Message, pub string, plain bool) []byte {
 	dst = append(dst, `{"ferry":`...)
 	dst = strconv.AppendInt(dst, EnvelopeVersion, 10)
 	dst = append(dst, `,"id":`...)
@@ -90,7 +99,7 @@ func appendEnvelope(dst []byte, m *handler.Message, pub string) []byte {
 		}
 		dst = append(dst, '}')
 	}
-	if plainASCII(m.Payload) {
+	if plain {
 		dst = append(dst, `,"text":"`...)
 		dst = append(dst, m.Payload...)
 		dst = append(dst, '"')
@@ -112,9 +121,17 @@ func finishEnvelope(dst []byte, seq uint64) []byte {
 	return append(strconv.AppendUint(dst, seq, 10), '}')
 }
 
-// envelopeSize estimates the length of m's envelope.
-func envelopeSize(m *handler.Message, pub string) int {
-	n := 96 + len(pub) + len(m.ID) + len(m.Key) + base64.StdEncoding.EncodedLen(len(m.Payload))
+// envelopeSize estimates the length of m's envelope: exact but for
+// escapes when the payload is plain (plainASCII; the payload goes in as
+// it is), else room for base64, which also covers text with few escapes.
+// An envelope that needs more grows as it is written.
+func envelopeSize(m *handler.Message, pub string, plain bool) int {
+	n := 96 + len(pub) + len(m.ID) + len(m.Key)
+	if plain {
+		n += len(m.Payload)
+	} else {
+		n += base64.StdEncoding.EncodedLen(len(m.Payload))
+	}
 	for k, v := range m.Headers {
 		n += len(k) + len(v) + 6
 	}
@@ -123,7 +140,7 @@ func envelopeSize(m *handler.Message, pub string) int {
 
 // encodeEnvelope returns m's whole envelope with sequence number seq.
 func encodeEnvelope(m *handler.Message, pub string, seq uint64) []byte {
-	return finishEnvelope(appendEnvelope(make([]byte, 0, envelopeSize(m, pub)+20), m, pub), seq)
+	return finishEnvelope(newEnvelope(m, pub), seq)
 }
 
 // plainASCII reports whether b is ASCII with nothing a JSON string must
