@@ -161,8 +161,15 @@ func (q *asyncQueue) push(it asyncItem) {
 // complete is the completer: it waits for each item's result in order,
 // calls its done and frees its place in the window. After the Transport
 // closes, what has no result gets an unknown outcome.
+//
+// Its timer stays armed from item to item, for no later than the
+// deadline (sent + timeout) of the item waited for: deadlines grow along
+// the queue, so a fire before the current item's deadline is re-armed
+// for what is left of it, and an item costs no timer operation unless
+// the timer fires. After a timeout the timer is armed to fire at once,
+// which the next item then re-arms for its own deadline.
 func (q *asyncQueue) complete(timeout time.Duration, closing <-chan struct{}) {
-	timer := time.NewTimer(timeout)
+	timer := time.NewTimer(timeout) // no later than the first item's deadline
 	defer timer.Stop()
 	for {
 		q.mu.Lock()
@@ -195,13 +202,19 @@ func (q *asyncQueue) complete(timeout time.Duration, closing <-chan struct{}) {
 					err = fmt.Errorf("mqtt: publish %s: %w", it.topic, e)
 				}
 			default:
-				timer.Reset(max(time.Until(it.sent.Add(timeout)), 0))
+				deadline := it.sent.Add(timeout)
+			wait:
 				select {
 				case <-it.tok.Done():
 					if e := it.tok.Error(); e != nil {
 						err = fmt.Errorf("mqtt: publish %s: %w", it.topic, e)
 					}
 				case <-timer.C:
+					if left := time.Until(deadline); left > 0 { // armed for an earlier deadline
+						timer.Reset(left)
+						goto wait
+					}
+					timer.Reset(0)
 					err = fmt.Errorf("mqtt: publish %s: no acknowledgement within the call timeout %v: %w", it.topic, timeout, transport.ErrUnknownOutcome)
 				case <-closing:
 					select {
@@ -209,12 +222,6 @@ func (q *asyncQueue) complete(timeout time.Duration, closing <-chan struct{}) {
 						err = it.tok.Error()
 					case <-time.After(time.Second): // what the disconnect had not completed
 						err = fmt.Errorf("mqtt: publish %s: the Transport was closed before the acknowledgement: %w", it.topic, transport.ErrUnknownOutcome)
-					}
-				}
-				if !timer.Stop() {
-					select {
-					case <-timer.C:
-					default:
 					}
 				}
 			}

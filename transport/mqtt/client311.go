@@ -37,6 +37,9 @@ func newConn311(t *Transport, s connSpec) *conn311 {
 	o.SetConnectTimeout(t.cfg.connectTimeout)
 	o.SetKeepAlive(t.cfg.keepAlive)
 	o.SetPingTimeout(max(t.cfg.keepAlive/2, time.Second))
+	// The write timeout bounds paho's wait to queue a PUBLISH, and
+	// conn311Net's write deadline (paho's own per-PUBLISH deadline
+	// becomes a no-op there).
 	o.SetWriteTimeout(t.cfg.connectTimeout)
 	o.SetOrderMatters(true) // onMessage in arrival order, one at a time
 	o.SetResumeSubs(false)  // streams subscribe again on every connect
@@ -51,15 +54,19 @@ func newConn311(t *Transport, s connSpec) *conn311 {
 	if s.onMessage != nil {
 		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { s.onMessage(inbound311{m}) })
 	}
-	if s.beforeDial != nil {
-		var dialed atomic.Bool
-		o.SetCustomOpenConnectionFn(func(uri *url.URL, opts paho.ClientOptions) (net.Conn, error) {
+	var dialed atomic.Bool
+	o.SetCustomOpenConnectionFn(func(uri *url.URL, opts paho.ClientOptions) (net.Conn, error) {
+		if s.beforeDial != nil {
 			if err := s.beforeDial(!dialed.Swap(true)); err != nil {
 				return nil, err
 			}
-			return dial(uri, opts)
-		})
-	}
+		}
+		nc, err := dial(uri, opts)
+		if err != nil {
+			return nil, err
+		}
+		return newConn311Net(nc, opts.WriteTimeout), nil
+	})
 	o.SetConnectionAttemptHandler(func(_ *url.URL, cfg *tls.Config) *tls.Config {
 		c.attempts.Add(1)
 		if s.onAttempt != nil {
@@ -83,7 +90,10 @@ type inbound311 struct{ paho.Message }
 func (inbound311) Props() *paho5.PublishProperties { return nil }
 
 // dial opens the network connection to a tcp:// or ssl:// server URI, as
-// paho's own opener does for those schemes.
+// paho's own opener does for those schemes, but for its proxy support
+// (the all_proxy environment variables), which the MQTT 5 connection
+// lacks too. Every MQTT 3.1.1 connection is opened here, so that it reads
+// and writes through conn311Net.
 func dial(uri *url.URL, opts paho.ClientOptions) (net.Conn, error) {
 	d := &net.Dialer{Timeout: opts.ConnectTimeout}
 	switch uri.Scheme {

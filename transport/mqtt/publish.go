@@ -132,7 +132,7 @@ func (t *Transport) prepare(ctx context.Context, m *handler.Message, retain, ens
 		if err := checkEnvelope(m); err != nil {
 			return prepared{}, fmt.Errorf("mqtt: publish %s: %w", m.Topic, err)
 		}
-		p.env = appendEnvelope(make([]byte, 0, envelopeSize(m, t.pubID)+20), m, t.pubID)
+		p.env = newEnvelope(m, t.pubID)
 	}
 	p.seqd = true
 	if err := t.checkSize(&p, propsSize(p.out.props)); err != nil {
