@@ -88,11 +88,8 @@ func init() {
 		{
 			Name: "no-backpressure", // PublishAsync's window never fills: a caller is never held back
 			Pkg:  jsPkg, File: "transport/jetstream/async.go",
-			Find:    "\t\troom:  make(chan struct{}, window),",
-			Replace: "\t\troom:  make(chan struct{}, window+1<<16),",
-			More: []Edit{{File: "transport/jetstream/async.go",
-				Find:    "\t\tqueue: make(chan pending, window),",
-				Replace: "\t\tqueue: make(chan pending, window+1<<16),"}},
+			Find:     "\t\troom:     make(chan struct{}, window),",
+			Replace:  "\t\troom:     make(chan struct{}, window+1<<16),",
 			Run:      "^TestPublishAsyncBackpressure$",
 			Want:     "want context.DeadlineExceeded",
 			Requires: natsUp,
@@ -100,8 +97,8 @@ func init() {
 		{
 			Name: "async-lost-error", // an asynchronous publish whose PubAck never came is reported as stored
 			Pkg:  jsPkg, File: "transport/jetstream/async.go",
-			Find:     "\t\t\terr = t.publishError(context.Background(), p.topic, ferr)\n",
-			Replace:  "\t\t\t_ = ferr\n",
+			Find:     "\t\t\tt.settle(f.p, t.publishError(context.Background(), f.p.topic, f.err))\n",
+			Replace:  "\t\t\tt.settle(f.p, nil)\n",
 			Run:      "^TestPublishAsyncBackpressure$",
 			Want:     "want ErrUnknownOutcome",
 			Requires: natsUp,

@@ -24,7 +24,7 @@ func init() {
 			Name: "ack-at-receive", // every record is finished when it is admitted, before any handler ran
 			Pkg:  kafkaPkg, File: "transport/kafka/claim.go",
 			Find:    "\tp.undone += taken\n",
-			Replace: "\tp.undone += taken\n\tfor _, r := range all {\n\t\tr.done = true\n\t}\n",
+			Replace: "\tp.undone += taken\n\tfor _, d := range (*batch)[from:] {\n\t\td.rec.done = true\n\t}\n",
 			Run:     "^TestCloseBehindUnfinished$",
 			Want:    "--- FAIL: TestCloseBehindUnfinished",
 		},

@@ -36,7 +36,7 @@ func init() {
 		{
 			Name: "dropped-headers", // the headers table never reaches Message.Headers
 			Pkg:  rabbitPkg, File: "transport/rabbitmq/headers.go",
-			Find:     "\t\th[k] = headerString(v)\n",
+			Find:     "\t\tput(k, headerString(v))\n",
 			Replace:  "\t\t_ = v\n",
 			Run:      rabbitSuite,
 			Want:     "Headers = ",

@@ -122,8 +122,8 @@ func init() {
 		{
 			Name: "publish-retried", // an XADD whose reply was lost is sent again: a second entry, and the caller told it succeeded
 			Pkg:  redisPkg, File: "transport/redisstream/publish.go",
-			Find:     "\t\tif err := t.rc.XAdd(ctx, items[0].args).Err(); err != nil {",
-			Replace:  "\t\tif err := t.c.XAdd(ctx, items[0].args).Err(); err != nil {",
+			Find:     "\t\tif err := t.rc.Process(ctx, items[0].x.cmd); err != nil {",
+			Replace:  "\t\tif err := t.c.Process(ctx, items[0].x.cmd); err != nil {",
 			Run:      "^TestPublishOutage$/^LostReply$",
 			Want:     "written once, not sent again",
 			Requires: redisUp,

@@ -89,7 +89,7 @@ func TestKill9Redelivers(t *testing.T) {
 	cleanupStream(t, sharedURL, topic)
 	url := sharedURL + "?ack_wait=2s&lease=1s&fetch_wait=250ms"
 	tr := open(t, url)
-	const total, acks, hold = 200, 50, 30
+	const total, acks, hold = 400, 50, 30
 	var msgs []*handler.Message
 	var want []string
 	for i := range total {
