@@ -221,6 +221,10 @@ func TestEdgeOutage(t *testing.T) {
 	g1 := startGateway(t, cfg)
 	publish(20)
 	waitFor(t, 30*time.Second, "the first 200 readings did not all arrive upstream", func() bool { return distinct() == 200 })
+	// The aggregate of a device's last 5 readings follows its last reading
+	// upstream: stopping the broker before it is confirmed would leave it
+	// buffered too (601, not 600, below).
+	waitFor(t, 30*time.Second, "the first 200 readings and their 40 aggregates were not all forwarded", func() bool { return g1.get("forwarded") == 240 })
 
 	upB.Stop()
 	outage := time.Now()
