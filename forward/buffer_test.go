@@ -161,9 +161,10 @@ func TestReopenCarriesOn(t *testing.T) {
 }
 
 // TestKill9LosesNothing: a child process publishes to a Buffer whose
-// upstream is down and is killed with SIGKILL mid-stream; every message
-// whose Publish returned before the kill is in the file, and is forwarded
-// in order when the file is opened again.
+// upstream is down and kills itself with SIGKILL the moment its 301st
+// Publish returns, the worst moment for a Publish that returned before its
+// commit; every message whose Publish returned before the kill is in the
+// file, and is forwarded in order when the file is opened again.
 func TestKill9LosesNothing(t *testing.T) {
 	if os.Getenv("FORWARD_CHILD") != "" {
 		return // the child's work is in TestMain
@@ -186,14 +187,13 @@ func TestKill9LosesNothing(t *testing.T) {
 			continue
 		}
 		acked = n
-		if n >= 300 {
-			_ = cmd.Process.Signal(syscall.SIGKILL)
-			break
-		}
 	}
-	_ = cmd.Wait()
-	if acked < 300 {
-		t.Fatalf("the child acknowledged %d publishes before dying", acked)
+	err = cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the child ended with %v, not SIGKILL", err)
+	}
+	if acked != killAt {
+		t.Fatalf("the child acknowledged %d publishes before dying; want %d", acked+1, killAt+1)
 	}
 	up := &upstream{}
 	b := open(t, path, up)
@@ -206,9 +206,14 @@ func TestKill9LosesNothing(t *testing.T) {
 	t.Logf("killed after %d acknowledged publishes; %d were in the file", acked+1, len(got))
 }
 
+// killAt is the message after whose Publish the child of
+// TestKill9LosesNothing kills itself.
+const killAt = 300
+
 // TestMain runs the child of TestKill9LosesNothing when asked to: it
-// publishes to a Buffer with a failing upstream as fast as it can and
-// prints the number of each message whose Publish returned.
+// publishes to a Buffer with a failing upstream as fast as it can, prints
+// the number of each message whose Publish returned, and sends itself
+// SIGKILL right after message killAt's.
 func TestMain(m *testing.M) {
 	if path := os.Getenv("FORWARD_CHILD"); path != "" {
 		b, err := forward.New(path, &upstream{down: true}, forward.WithLogger(slog.New(slog.DiscardHandler)))
@@ -224,6 +229,9 @@ func TestMain(m *testing.M) {
 			}
 			fmt.Fprintln(w, i)
 			_ = w.Flush()
+			if i == killAt {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
 		}
 	}
 	os.Exit(m.Run())

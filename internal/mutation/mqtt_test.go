@@ -81,10 +81,10 @@ func init() {
 			Name: "confirm-at-send", // an MQTT 5 publish is confirmed once written, without the broker's PUBACK
 			Pkg:  "./transport/mqtt", File: "transport/mqtt/session5.go",
 			Find: `		tok.stored.Store(true)
-		tok.release()`,
+		released := s.released[1]`,
 			Replace: `		tok.stored.Store(true)
 		tok.complete(nil)
-		tok.release()`,
+		released := s.released[1]`,
 			Run:      "^TestPublishNotAuthorized$",
 			Want:     "want ErrNotAuthorized",
 			Requires: mosquitto,

@@ -82,7 +82,7 @@ func init() {
 			Name: "entry-refusal-as-success", // a refused entry of a SendMessageBatch is reported as sent
 			Pkg:  "./transport/sqs", File: "transport/internal/awsconf/batch.go",
 			Find:    `			errs[i] = &EntryError{Service: service, Queue: dest, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}`,
-			Replace: `			_ = f`,
+			Replace: `			_, _ = f, aws.ToString`,
 			Run:     "^TestPublishAsync$/^standard$",
 			Want:    "want the *EntryError of its refused entry",
 		},
