@@ -344,8 +344,7 @@ func decode(m *handler.Message, subject string, data []byte, h nats.Header, topi
 
 // brokerID is Facts.BrokerID: "<stream>/<stream sequence>".
 func brokerID(stream string, seq uint64) string {
-	var b [20]byte
-	return stream + "/" + string(strconv.AppendUint(b[:0], seq, 10)) // one allocation
+	return stream + "/" + strconv.FormatUint(seq, 10)
 }
 
 // meta is what the transport reads of a message's JetStream metadata.
