@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferry/internal/testenv"
+	"github.com/ferrymq/ferry/store/pgstore"
 )
 
 // proc is one consumer process.
@@ -176,6 +177,14 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 	pool := testenv.Postgres(t, 4)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, effectsDDL); err != nil {
+		t.Fatal(err)
+	}
+	// The consumers' inbox and lot: migrated here, not left to whichever
+	// other test of the run happened to create them first.
+	if err := pgstore.MigrateIdempotency(ctx, pool, pgstore.DefaultIdempotencyTable); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgstore.MigrateParking(ctx, pool, pgstore.DefaultParkingPrefix); err != nil {
 		t.Fatal(err)
 	}
 	run := uniqueRun()
