@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -200,14 +201,19 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 		cleanupKeys(b, sharedAddr, topic)
 		fillStream(b, c, topic, n)
 		b.StartTimer()
-		var raw, fer cost
-		st := consumeStream(b, topic, n)
+		var raw, fer, st cost
+		// Each side's goroutines carry a profiler label: with -cpuprofile,
+		// `go tool pprof -tagfocus side=raw|ferry|stream` shows one side.
+		lab := func(side string, f func()) {
+			pprof.Do(context.Background(), pprof.Labels("side", side), func(context.Context) { f() })
+		}
+		lab("stream", func() { st = consumeStream(b, topic, n) })
 		if r%2 == 0 {
-			raw = consumeRaw(b, c, topic, n)
-			fer = consumeFerry(b, topic, n)
+			lab("raw", func() { raw = consumeRaw(b, c, topic, n) })
+			lab("ferry", func() { fer = consumeFerry(b, topic, n) })
 		} else {
-			fer = consumeFerry(b, topic, n)
-			raw = consumeRaw(b, c, topic, n)
+			lab("ferry", func() { fer = consumeFerry(b, topic, n) })
+			lab("raw", func() { raw = consumeRaw(b, c, topic, n) })
 		}
 		sts = append(sts, float64(n)/st.took.Seconds())
 		raws = append(raws, float64(n)/raw.took.Seconds())
