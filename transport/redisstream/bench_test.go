@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -50,14 +51,37 @@ func fillStream(b *testing.B, c *goredis.Client, topic string, n int) {
 	}
 }
 
+// cost is what one consumer's timed span took: wall time, the process's
+// CPU time (user and system) and its heap allocations.
+type cost struct {
+	took    time.Duration
+	cpu     time.Duration
+	mallocs uint64
+}
+
+// meter starts measuring a timed span; its stop function returns the cost.
+// It collects garbage first, so that the previous contender's garbage is
+// not this one's CPU.
+func meter() (stop func() cost) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m0, c0, t0 := ms.Mallocs, benchstat.CPUTime(), time.Now()
+	return func() cost {
+		took, cpu := time.Since(t0), benchstat.CPUTime()-c0
+		runtime.ReadMemStats(&ms)
+		return cost{took: took, cpu: cpu, mallocs: ms.Mallocs - m0}
+	}
+}
+
 // consumeRaw is the baseline: one go-redis loop of XREADGROUP COUNT 100
 // and one XACK of the batch's IDs, touching each payload.
-func consumeRaw(b *testing.B, c *goredis.Client, topic string, n int) time.Duration {
+func consumeRaw(b *testing.B, c *goredis.Client, topic string, n int) cost {
 	ctx := context.Background()
 	if err := c.XGroupCreate(ctx, topic, "raw", "0").Err(); err != nil {
 		b.Fatal(err)
 	}
-	start := time.Now()
+	stop := meter()
 	done, sink := 0, 0
 	ids := make([]string, 0, 100)
 	for done < n {
@@ -76,12 +100,12 @@ func consumeRaw(b *testing.B, c *goredis.Client, topic string, n int) time.Durat
 		done += len(ids)
 	}
 	_ = sink
-	return time.Since(start)
+	return stop()
 }
 
 // consumeFerry consumes the same stream with a Router over this transport
 // and a handler that touches each payload.
-func consumeFerry(b *testing.B, topic string, n int) time.Duration {
+func consumeFerry(b *testing.B, topic string, n int) cost {
 	tr := open(b, "redis://"+sharedAddr)
 	ctx := context.Background()
 	st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "ferry", StartAtOldest: true})
@@ -112,13 +136,13 @@ func consumeFerry(b *testing.B, topic string, n int) time.Duration {
 	// XGROUP CREATE) and the stream alone (after Subscribe): Run opens the
 	// stream (group, consumer and lease registration) before Ready.
 	<-r.Ready()
-	start := time.Now()
+	stop := meter()
 	select {
 	case <-doneCh:
 	case <-time.After(2 * time.Minute):
 		b.Fatalf("handled %d of %d", handled.Load(), n)
 	}
-	elapsed := time.Since(start)
+	elapsed := stop()
 	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
 	defer ccancel()
 	_ = r.Close(cctx)
@@ -127,14 +151,14 @@ func consumeFerry(b *testing.B, topic string, n int) time.Duration {
 
 // consumeStream consumes the stream with this transport alone, no Router:
 // one goroutine calling Receive and Ack, as the raw loop does.
-func consumeStream(b *testing.B, topic string, n int) time.Duration {
+func consumeStream(b *testing.B, topic string, n int) cost {
 	tr := open(b, "redis://"+sharedAddr)
 	ctx := context.Background()
 	st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "stream", StartAtOldest: true})
 	if err != nil {
 		b.Fatal(err)
 	}
-	start := time.Now()
+	stop := meter()
 	sink := 0
 	for range n {
 		d, err := st.Receive(ctx)
@@ -146,7 +170,7 @@ func consumeStream(b *testing.B, topic string, n int) time.Duration {
 			b.Fatal(err)
 		}
 	}
-	elapsed := time.Since(start)
+	elapsed := stop()
 	_ = st.Close(ctx)
 	return elapsed
 }
@@ -156,9 +180,11 @@ func consumeStream(b *testing.B, topic string, n int) time.Duration {
 // Ferry Router over this transport, in the same run: seven rounds, each on
 // a fresh stream that both read from their own groups, alternating which
 // goes first. It reports the median rate of each, and the median over the
-// rounds of their ratio (ferry/raw; the bar is 0.9). The machine is
-// shared, so the median of interleaved rounds is the figure to quote, not
-// a single round.
+// rounds of their ratio (ferry/raw; the bar is 0.9), and, for each side,
+// the client CPU time (the process's, user and system) and the heap
+// allocations (the process's, go-redis's included) per message over its
+// timed span. The machine is shared, so the median of interleaved rounds
+// is the figure to quote, not a single round.
 func BenchmarkConsumeVsRaw(b *testing.B) {
 	requireShared(b)
 	const rounds = 7
@@ -166,7 +192,8 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 	c := goredis.NewClient(&goredis.Options{Addr: sharedAddr})
 	defer c.Close()
 	b.SetBytes(1024)
-	var raws, fers, sts []float64
+	var raws, fers, sts, rawCPU, ferCPU, stCPU, rawAllocs, ferAllocs, stAllocs []float64
+	perMsg := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(n) }
 	b.ResetTimer()
 	for r := range rounds {
 		b.StopTimer()
@@ -174,17 +201,27 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 		cleanupKeys(b, sharedAddr, topic)
 		fillStream(b, c, topic, n)
 		b.StartTimer()
-		var raw, fer time.Duration
-		sts = append(sts, float64(n)/consumeStream(b, topic, n).Seconds())
-		if r%2 == 0 {
-			raw = consumeRaw(b, c, topic, n)
-			fer = consumeFerry(b, topic, n)
-		} else {
-			fer = consumeFerry(b, topic, n)
-			raw = consumeRaw(b, c, topic, n)
+		var raw, fer, st cost
+		// Each side's goroutines carry a profiler label: with -cpuprofile,
+		// `go tool pprof -tagfocus side=raw|ferry|stream` shows one side.
+		lab := func(side string, f func()) {
+			pprof.Do(context.Background(), pprof.Labels("side", side), func(context.Context) { f() })
 		}
-		raws = append(raws, float64(n)/raw.Seconds())
-		fers = append(fers, float64(n)/fer.Seconds())
+		lab("stream", func() { st = consumeStream(b, topic, n) })
+		if r%2 == 0 {
+			lab("raw", func() { raw = consumeRaw(b, c, topic, n) })
+			lab("ferry", func() { fer = consumeFerry(b, topic, n) })
+		} else {
+			lab("ferry", func() { fer = consumeFerry(b, topic, n) })
+			lab("raw", func() { raw = consumeRaw(b, c, topic, n) })
+		}
+		sts = append(sts, float64(n)/st.took.Seconds())
+		raws = append(raws, float64(n)/raw.took.Seconds())
+		fers = append(fers, float64(n)/fer.took.Seconds())
+		rawCPU, ferCPU, stCPU = append(rawCPU, perMsg(raw.cpu)), append(ferCPU, perMsg(fer.cpu)), append(stCPU, perMsg(st.cpu))
+		rawAllocs = append(rawAllocs, float64(raw.mallocs)/float64(n))
+		ferAllocs = append(ferAllocs, float64(fer.mallocs)/float64(n))
+		stAllocs = append(stAllocs, float64(st.mallocs)/float64(n))
 	}
 	b.StopTimer()
 	ferRatios, stRatios := make([]float64, rounds), make([]float64, rounds)
@@ -195,8 +232,14 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 	b.ReportMetric(benchstat.Median(fers), "ferry-msgs/s")
 	b.ReportMetric(benchstat.Median(ferRatios), "ferry/raw")
 	b.ReportMetric(benchstat.Median(stRatios), "stream/raw")
-	b.Logf("rounds of %d messages: raw %v msg/s, ferry %v msg/s, stream alone %v msg/s; ferry/raw %.2f",
-		n, benchstat.Rounded(raws), benchstat.Rounded(fers), benchstat.Rounded(sts), ferRatios)
+	b.ReportMetric(benchstat.Median(rawCPU), "raw-cpu-µs/msg")
+	b.ReportMetric(benchstat.Median(ferCPU), "ferry-cpu-µs/msg")
+	b.ReportMetric(benchstat.Median(stCPU), "stream-cpu-µs/msg")
+	b.ReportMetric(benchstat.Median(rawAllocs), "raw-allocs/msg")
+	b.ReportMetric(benchstat.Median(ferAllocs), "ferry-allocs/msg")
+	b.ReportMetric(benchstat.Median(stAllocs), "stream-allocs/msg")
+	b.Logf("rounds of %d messages: raw %v msg/s, ferry %v msg/s, stream alone %v msg/s; ferry/raw %.2f; stream/raw %.2f",
+		n, benchstat.Rounded(raws), benchstat.Rounded(fers), benchstat.Rounded(sts), ferRatios, stRatios)
 }
 
 // benchPayload is the 1 KiB payload of the publish and Watermill
@@ -393,7 +436,7 @@ func fillWatermill(b *testing.B, c *goredis.Client, topic string, n int) {
 // consumeWatermill consumes topic with watermill-redisstream's subscriber
 // at its defaults (its best: it reads one entry per XREADGROUP), acking
 // each message as it touches its payload, timed from the moment Subscribe
-// returned (the group made, the reader started).
+// returned (the group made, the reader started) and garbage collected.
 func consumeWatermill(b *testing.B, topic string, n int) time.Duration {
 	sub, err := wmredis.NewSubscriber(wmredis.SubscriberConfig{
 		Client: goredis.NewClient(&goredis.Options{Addr: sharedAddr}), ConsumerGroup: "watermill",
@@ -406,6 +449,7 @@ func consumeWatermill(b *testing.B, topic string, n int) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
+	runtime.GC() // as meter does for Ferry's side
 	start := time.Now()
 	sink := 0
 	for range n {
@@ -446,11 +490,11 @@ func BenchmarkConsumeVsWatermill(b *testing.B) {
 		b.StartTimer()
 		var fer, wm time.Duration
 		if r%2 == 0 {
-			fer = consumeFerry(b, topic, n)
+			fer = consumeFerry(b, topic, n).took
 			wm = consumeWatermill(b, topic+"-wm", n)
 		} else {
 			wm = consumeWatermill(b, topic+"-wm", n)
-			fer = consumeFerry(b, topic, n)
+			fer = consumeFerry(b, topic, n).took
 		}
 		fers = append(fers, float64(n)/fer.Seconds())
 		wms = append(wms, float64(n)/wm.Seconds())

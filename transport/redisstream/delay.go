@@ -34,9 +34,15 @@ const (
 
 var _ transport.DelayPublisher = (*Transport)(nil)
 
-// delayState is a Transport's mover of due messages (see PublishAt).
+// delayState is a Transport's mover of due messages (see PublishAt). The
+// mover runs while the Transport is open and has published with
+// PublishAt or holds an open stream: a Transport whose streams have all
+// closed polls no more, as one that never subscribed, until it subscribes
+// again.
 type delayState struct {
-	once sync.Once
+	mu        sync.Mutex // before Transport.mu
+	running   bool
+	published bool // PublishAt was called: run until Close
 }
 
 // delayed is a message in DelayedKey.
@@ -68,7 +74,7 @@ func (t *Transport) DelaySemantics() transport.DelaySemantics {
 // PublishAt implements [transport.DelayPublisher]: it adds m to the sorted
 // set [DelayedKey] (ZADD, scored by at) and returns once Redis confirmed.
 // Every open Transport on the database that has published with PublishAt
-// or subscribed moves due messages to their streams, every 100ms: a Lua
+// or has a stream open moves due messages to their streams, every 100ms: a Lua
 // script takes the due ones and leases them for 30s, the Transport
 // publishes each (XADD, as Publish, to the stream or shard the publisher
 // chose) and then removes it (ZREM). So a
@@ -102,21 +108,49 @@ func (t *Transport) PublishAt(ctx context.Context, m *handler.Message, at time.T
 	if err := t.c.ZAdd(ctx, DelayedKey, goredis.Z{Score: float64(at.UnixMilli()), Member: string(b)}).Err(); err != nil {
 		return fmt.Errorf("redisstream: publish %q at %s on %s: %w", m.ID, at.Format(time.RFC3339), t.cfg.addr, err)
 	}
-	t.delay.start(t)
+	t.delay.start(t, true)
 	return nil
 }
 
-// start starts t's mover once.
-func (d *delayState) start(t *Transport) {
-	d.once.Do(func() { go t.moveDelayed() })
+// start starts t's mover unless it runs; published says the caller is
+// PublishAt, which keeps it running until Close. Subscribe calls it after
+// registering its stream in t.streams.
+func (d *delayState) start(t *Transport, published bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.published = d.published || published
+	if !d.running {
+		d.running = true
+		go t.moveDelayed()
+	}
 }
 
-// moveDelayed moves due messages to their streams until t closes.
+// idle reports whether the mover has nothing to run for (no PublishAt, no
+// open stream) and, if so, marks it stopped, so that the next start starts
+// another. A stream registered after idle looked finds it stopped.
+func (d *delayState) idle(t *Transport) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.published {
+		return false
+	}
+	t.mu.Lock()
+	n := len(t.streams)
+	t.mu.Unlock()
+	if n > 0 {
+		return false
+	}
+	d.running = false
+	return true
+}
+
+// moveDelayed moves due messages to their streams until t closes, or
+// until it has nothing to run for (delayState.idle).
 func (t *Transport) moveDelayed() {
 	tick := time.NewTicker(delayPoll)
 	defer tick.Stop()
 	for range tick.C {
-		if t.closed.Load() {
+		if t.closed.Load() || t.delay.idle(t) {
 			return
 		}
 		for t.moveDue() == delayBatch && !t.closed.Load() {

@@ -226,7 +226,7 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 	t.streams[s] = struct{}{}
 	t.mu.Unlock()
 	s.start(ctx)
-	t.delay.start(t) // delay.go: consumers move due delayed messages
+	t.delay.start(t, false) // delay.go: consumers move due delayed messages
 	return s, nil
 }
 
