@@ -1,7 +1,9 @@
 package jetstream
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,7 +35,8 @@ import (
 // Prefetch: when half a batch or less is still due, Receive asks for
 // another batch, so that the server never idles while the Router works
 // through the buffer: at most 1.5 batches are asked for at a time, and the
-// subscription's buffer holds two batches and the statuses. It does so
+// subscription's buffer holds two batches and the statuses (or a recovery
+// run, see "Recovery after a takeover" below). It does so
 // only while the part is usable, in the same lease epoch, and not dropping
 // messages after a gap; a part being handed over or closed lets its pulls
 // run out (their messages held back and released with a Nak once they
@@ -87,7 +90,8 @@ func (s *stream) pull(p *part, now time.Time) error {
 	if p.sub == nil {
 		p.inbox = s.t.nc.NewInbox()
 		p.nextSubj = "$JS.API.CONSUMER.MSG.NEXT." + s.name + "." + p.name
-		ch := make(chan *nats.Msg, 8*s.pl.cc.fetch+64)
+		// Room for two batches and their statuses, or for a recovery.
+		ch := make(chan *nats.Msg, max(8*s.pl.cc.fetch, s.pl.cc.maxAckPending)+64)
 		sub, err := s.t.nc.ChanSubscribe(p.inbox+".*", ch)
 		if err != nil {
 			return s.t.errf("pull from %s/%s: subscribing: %w", s.name, p.name, err)
@@ -95,6 +99,12 @@ func (s *stream) pull(p *part, now time.Time) error {
 		p.sub, p.msgs = sub, ch
 	}
 	n := s.pl.cc.fetch
+	if ep := p.epoch.Load(); p.want == 0 && p.takeover.Load() == ep && p.recovered != ep {
+		// The first pull after a takeover: a recovery (see "Recovery
+		// after a takeover" below).
+		n = max(n, s.pl.cc.maxAckPending)
+		p.recovered, p.collecting, p.collectedAt = ep, true, now
+	}
 	p.req = append(p.req[:0], `{"batch":`...)
 	p.req = strconv.AppendInt(p.req, int64(n), 10)
 	p.req = append(p.req, `,"expires":`...)
@@ -171,7 +181,7 @@ func (s *stream) taken(p *part, now time.Time) {
 		s.endPulls(p)
 		return
 	}
-	if p.want <= s.pl.cc.fetch/2 && !p.skipping && p.epoch.Load() == p.batchEpoch &&
+	if p.want <= s.pl.cc.fetch/2 && !p.skipping && !p.collecting && p.epoch.Load() == p.batchEpoch &&
 		p.usable(now.UnixNano()) && !s.closed.Load() {
 		// An error here comes back from the pull that opens the next run.
 		_ = s.pull(p, now)
@@ -246,8 +256,77 @@ func (s *stream) endPulls(p *part) {
 		p.back[i] = nil
 	}
 	p.back = p.back[:0]
+	if p.collecting {
+		p.collecting = false
+		slices.SortFunc(p.collected, func(a, b *nats.Msg) int { return cmp.Compare(streamSeq(a), streamSeq(b)) })
+		p.sorted, p.collected = p.collected, nil
+		if len(p.sorted) > 0 {
+			return // still held: fetching stays set until they are handed out
+		}
+	}
 	p.fetching.Store(false)
 	if p.draining.Load() && s.lease != nil {
 		s.lease.poke()
+	}
+}
+
+// Recovery after a takeover. The member that held p before stopped
+// without handing it over (it died, or its lease lapsed): what it was
+// delivered and never acked comes back after AckWait, and the new holder
+// waits that long before its first pull (see [part.ready]). But the
+// server redelivers in the order the messages' AckWaits ran out, not in
+// stream order, and a message the old holder was still handling had its
+// AckWait restarted by the heartbeat (+WPI) after newer messages had been
+// delivered into its buffer: those newer ones come back first. So the
+// first run of pulls after a takeover asks for max_ack_pending messages
+// at least (everything the old holder can have left unacked, which the
+// server sends before anything new), hands out nothing until the run is
+// over, and then hands out what it brought in stream order. The gap check
+// runs as the messages arrive, in the order the server sent them.
+
+// collect keeps raw, of p's recovery run, to hand out once the run is
+// over, unless the lease changed or a gap drops it; it returns when it
+// read.
+func (s *stream) collect(p *part, raw *nats.Msg) time.Time {
+	now := time.Now()
+	if p.epoch.Load() != p.batchEpoch || !p.held.Load() {
+		return now // the next holder gets it after AckWait
+	}
+	md, ok := parseMeta(raw.Reply)
+	if !ok {
+		return now
+	}
+	if s.gap(p, md, now) {
+		// Deliveries of this run were lost: what was collected may be
+		// later in the stream than they are. Drop it all (it comes back
+		// after AckWait with the rest) and recover again then.
+		clear(p.collected)
+		p.collected, p.recovered = p.collected[:0], 0
+		return now
+	}
+	p.collected = append(p.collected, raw)
+	return now
+}
+
+// recoveredPart returns a part with recovered messages to hand out, or
+// nil.
+func (s *stream) recoveredPart() *part {
+	for _, p := range s.parts {
+		if len(p.sorted) > 0 {
+			return p
+		}
+	}
+	return nil
+}
+
+// recoveryServed is called once the last recovered message of p was
+// handed out (or released).
+func (s *stream) recoveryServed(p *part) {
+	p.sorted = nil
+	if !p.open() {
+		p.fetching.Store(false)
+		if p.draining.Load() && s.lease != nil {
+			s.lease.poke()
+		}
 	}
 }

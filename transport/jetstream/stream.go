@@ -38,9 +38,10 @@ type part struct {
 	validUntil atomic.Int64 // unix nanos: the lease is ours until then by our clock
 	readyAt    atomic.Int64 // unix nanos: fetch nothing before (after a takeover)
 	epoch      atomic.Uint64
-	active     atomic.Int64 // deliveries handed out and unsettled
-	fetching   atomic.Bool  // a pull of Receive's is open
-	rev        uint64       // the lease's revision; the lease loop's
+	active     atomic.Int64  // deliveries handed out and unsettled
+	fetching   atomic.Bool   // a pull of Receive's is open, or its messages are still held
+	takeover   atomic.Uint64 // the epoch p was last taken over in without a handover
+	rev        uint64        // the lease's revision; the lease loop's
 
 	// Receive's, under stream.recvMu: the pulls (see pull.go).
 	sub      *nats.Subscription // on inbox+".*", from the first pull to Close
@@ -72,6 +73,14 @@ type part struct {
 	// while a pull is open would bring the message straight back into
 	// it.
 	back []*nats.Msg
+	// After a takeover the first run of pulls is a recovery (see
+	// "Recovery after a takeover" in pull.go): collecting, it keeps every message in collected;
+	// once the run ended they are handed out from sorted, in stream order.
+	recovered   uint64 // the epoch whose recovery run has been sent
+	collecting  bool
+	collectedAt time.Time // when the recovery run was asked for
+	collected   []*nats.Msg
+	sorted      []*nats.Msg
 }
 
 // usable reports whether Receive may fetch from p at now.
@@ -170,6 +179,19 @@ func (s *stream) Receive(ctx context.Context) (transport.Delivery, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if p := s.recoveredPart(); p != nil {
+			raw := p.sorted[0]
+			p.sorted[0] = nil
+			p.sorted = p.sorted[1:]
+			d, _ := s.accept(p, raw, true)
+			if len(p.sorted) == 0 {
+				s.recoveryServed(p)
+			}
+			if d != nil {
+				return d, nil
+			}
+			continue
+		}
 		var p *part
 		var raw *nats.Msg
 		var err error
@@ -185,7 +207,11 @@ func (s *stream) Receive(ctx context.Context) (transport.Delivery, error) {
 		if raw == nil {
 			continue
 		}
-		d, now := s.accept(p, raw)
+		if p.collecting {
+			s.taken(p, s.collect(p, raw))
+			continue
+		}
+		d, now := s.accept(p, raw, false)
 		s.taken(p, now)
 		if d != nil {
 			return d, nil
@@ -359,12 +385,18 @@ func (s *stream) gap(p *part, md meta, now time.Time) bool {
 }
 
 // accept turns raw, pulled from p, into a delivery, or returns nil after
-// releasing or dead-lettering it. It returns the time it read too.
-func (s *stream) accept(p *part, raw *nats.Msg) (*delivery, time.Time) {
+// releasing or dead-lettering it. It returns the time it read too. checked
+// says raw is of a recovery, already checked for gaps when it arrived.
+func (s *stream) accept(p *part, raw *nats.Msg, checked bool) (*delivery, time.Time) {
 	now := time.Now()
 	switch {
 	case p.epoch.Load() != p.batchEpoch || !p.held.Load() || now.UnixNano() >= p.validUntil.Load():
 		// The lease was lost: the new holder gets it after AckWait.
+		return nil, now
+	case checked && (s.closed.Load() || p.draining.Load()):
+		// Of a recovery, whose pulls are over: back to the stream now, in
+		// order, for the next holder.
+		_ = s.ack(raw, ackNak)
 		return nil, now
 	case s.closed.Load() || p.draining.Load():
 		// Back to the stream, in order, for the next holder, once the
@@ -377,14 +409,18 @@ func (s *stream) accept(p *part, raw *nats.Msg) (*delivery, time.Time) {
 		s.log.Warn("jetstream: a pulled message has no JetStream metadata; dropped", "stream", s.name, "consumer", p.name)
 		return nil, now
 	}
-	if s.gap(p, md, now) {
+	if !checked && s.gap(p, md, now) {
 		return nil, now
 	}
 	if n := s.pl.cc.maxDeliveries; n > 0 && int(md.delivered) > n {
 		s.deadLetter(p, raw, md)
 		return nil, now
 	}
-	if now.Sub(p.arrived) > s.ackWait/3 {
+	arrived := p.arrived
+	if checked {
+		arrived = p.collectedAt
+	}
+	if now.Sub(arrived) > s.ackWait/3 {
 		// It waited in the pull's buffer, where the heartbeat does not
 		// see it, while the Router was busy: restart its AckWait now. Had
 		// it run out already, the server redelivers it later, a duplicate
@@ -443,6 +479,11 @@ func (s *stream) Close(ctx context.Context) error {
 		if p.open() || len(p.back) > 0 {
 			release = append(release, s.drain(ctx, p)...)
 		}
+		if p.epoch.Load() == p.batchEpoch && p.held.Load() && !p.skipping {
+			release = append(release, p.collected...)
+			release = append(release, p.sorted...)
+		}
+		p.collected, p.sorted, p.collecting = nil, nil, false
 		if p.sub != nil {
 			_ = p.sub.Unsubscribe()
 		}
