@@ -112,21 +112,23 @@ func tallyEffects(t *testing.T, pool *pgxpool.Pool, run string, sc scenario, res
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rows, err := pool.Query(ctx, `SELECT key, seq, id, at FROM ferry_chaos_effects WHERE run = $1 ORDER BY n`, run)
+	rows, err := pool.Query(ctx, `SELECT key, seq, id, at, pid FROM ferry_chaos_effects WHERE run = $1 ORDER BY n`, run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
 	seen := make(map[string]bool)
 	highest := make(map[string]int)
+	highestBy := make(map[string]int) // the pid that applied highest[key]
 	var firsts []time.Time
 	for rows.Next() {
 		var (
 			key, id string
 			seq     int
 			at      time.Time
+			pid     int
 		)
-		if err := rows.Scan(&key, &seq, &id, &at); err != nil {
+		if err := rows.Scan(&key, &seq, &id, &at, &pid); err != nil {
 			t.Fatal(err)
 		}
 		if seen[id] {
@@ -141,11 +143,13 @@ func tallyEffects(t *testing.T, pool *pgxpool.Pool, run string, sc scenario, res
 		if seq < highest[key] {
 			res.OrderViolations++
 			if res.OrderViolations <= 10 {
-				t.Logf("order violation: %s (key %s, seq %d) first applied at %s, after seq %d of its key",
-					id, key, seq, at.Format(time.RFC3339Nano), highest[key])
+				t.Logf("order violation: %s (key %s, seq %d) first applied at %s by pid %d, after seq %d of its key (applied by pid %d)",
+					id, key, seq, at.Format(time.RFC3339Nano), pid, highest[key], highestBy[key])
 			}
 		}
-		highest[key] = max(highest[key], seq)
+		if seq > highest[key] {
+			highest[key], highestBy[key] = seq, pid
+		}
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)

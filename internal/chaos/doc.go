@@ -19,5 +19,7 @@
 // docs/reliability.md publishes (section "Chaos"), and
 // FERRY_CHAOS_RESULTS=file collects each run's count as a JSON line.
 // FERRY_CHAOS_KNOWN=1 also runs the short runs skipped for a known,
-// reported bug.
+// reported bug. FERRY_CHAOS_LOGDIR=dir keeps each consumer's whole log
+// (consumer-N.log) there; an order violation names the process that
+// applied each of the two events, and a kill names its victim's pid.
 package chaos

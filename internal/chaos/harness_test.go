@@ -201,6 +201,9 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 	}
 
 	logDir := t.TempDir() // before the cleanup below, which reads the logs, so removed after it
+	if d := os.Getenv("FERRY_CHAOS_LOGDIR"); d != "" {
+		logDir = d // kept, to read every consumer's whole log afterwards
+	}
 	var (
 		mu      sync.Mutex
 		procs   []*proc
@@ -309,6 +312,7 @@ func runScenario(t *testing.T, b *broker, sc scenario) result {
 				t.Fatal("no consumer left to kill")
 			}
 			victim := ps[rng.IntN(len(ps))]
+			t.Logf("killing consumer pid %d at %s", victim.cmd.Process.Pid, time.Now().Format(time.RFC3339Nano))
 			victim.kill()
 			res.Kills++
 			// A process manager restarts it after a moment.

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 
 	"github.com/ferrymq/ferry/handler"
 	"github.com/ferrymq/ferry/transport"
@@ -26,7 +26,7 @@ type delivery struct {
 	msg   handler.Message
 	s     *stream
 	p     *part
-	raw   njs.Msg
+	raw   *nats.Msg
 	epoch uint64 // the partition's lease epoch when pulled
 	recv  int64  // unix nanos of receipt
 
@@ -87,7 +87,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 	if err := d.begin(); err != nil {
 		return err
 	}
-	if err := d.raw.Ack(); err != nil {
+	if err := d.s.ack(d.raw, ackAck); err != nil {
 		return d.s.t.errf("ack %s (it will be redelivered after AckWait): %w", d.id(), err)
 	}
 	return nil
@@ -102,9 +102,9 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 	}
 	var err error
 	if delay > 0 {
-		err = d.raw.NakWithDelay(delay)
+		err = d.s.nakDelay(d.raw, delay)
 	} else {
-		err = d.raw.Nak()
+		err = d.s.ack(d.raw, ackNak)
 	}
 	if err != nil {
 		return d.s.t.errf("nack %s (it will be redelivered after AckWait): %w", d.id(), err)
@@ -133,7 +133,7 @@ func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
 			break
 		}
 	}
-	if err := d.raw.InProgress(); err != nil {
+	if err := d.s.ack(d.raw, ackProgress); err != nil {
 		return d.s.t.errf("extend %s: %w", d.id(), err)
 	}
 	return nil

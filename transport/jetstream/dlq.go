@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ferrymq/ferry/handler"
@@ -23,10 +24,10 @@ var ErrMaxDeliveries = errors.New("jetstream: delivered max_deliveries times wit
 // again. If the publish fails the message is Nacked for a second and
 // dead-lettered at its next delivery; a crash in between redelivers it,
 // and the DLQ's duplicate window drops the second copy (same Nats-Msg-Id).
-func (s *stream) deadLetter(p *part, raw njs.Msg, md meta) {
+func (s *stream) deadLetter(p *part, raw *nats.Msg, md meta) {
 	now := time.Now()
 	m := &handler.Message{}
-	decode(m, raw.Subject(), raw.Data(), raw.Headers(), s.topic)
+	decode(m, raw.Subject, raw.Data, raw.Header, s.topic)
 	f := facts(s.name, md, p.idx, now)
 	f.Group = s.pl.group
 	m.SetFacts(f)
@@ -40,10 +41,10 @@ func (s *stream) deadLetter(p *part, raw njs.Msg, md meta) {
 	if err := s.t.Publish(ctx, out); err != nil {
 		s.log.Warn("jetstream: dead-lettering failed; retrying at the next delivery",
 			"id", m.ID, "dlq", s.pl.dlq, "err", err)
-		_ = raw.NakWithDelay(time.Second)
+		_ = s.nakDelay(raw, time.Second)
 		return
 	}
-	if err := raw.Term(); err != nil {
+	if err := s.ack(raw, ackTerm); err != nil {
 		s.log.Warn("jetstream: terminating a dead-lettered message failed; it may be dead-lettered again (same ID)",
 			"id", m.ID, "err", err)
 	}

@@ -38,7 +38,7 @@ func (s *stream) beat() {
 	}
 	s.mu.Unlock()
 	for _, d := range due {
-		if err := d.raw.InProgress(); err != nil && d.state.Load() == stActive {
+		if err := s.ack(d.raw, ackProgress); err != nil && d.state.Load() == stActive {
 			s.log.Warn("jetstream: heartbeat (InProgress) failed; the message may be redelivered after AckWait",
 				"id", d.id(), "err", err)
 		}

@@ -323,7 +323,9 @@ func (l *leases) acquire(p *part, rev uint64, sent time.Time, clean bool) {
 	}
 	p.readyAt.Store(ready.UnixNano())
 	p.draining.Store(false)
-	p.epoch.Add(1)
+	if ep := p.epoch.Add(1); !clean {
+		p.takeover.Store(ep)
+	}
 	p.held.Store(true)
 	l.s.log.Info("jetstream: lease acquired", "stream", l.s.name, "consumer", p.name, "member", l.member, "takeover", !clean)
 	l.s.signal()

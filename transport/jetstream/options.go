@@ -430,7 +430,7 @@ func MaxExtend(d time.Duration) Option {
 }
 
 // FetchWait sets how long one pull request waits for messages, overriding
-// 1s. It also bounds how long Close waits for a pull in flight, whose
+// 1s. It also bounds how long Close waits for the pulls in flight, whose
 // messages it then releases. d must be 10ms to 1 minute. Key fetch_wait.
 func FetchWait(d time.Duration) Option {
 	return optionFunc(func(c *config) {
@@ -464,7 +464,10 @@ func consumeDuration(name string, d, least time.Duration, field func(*consumeCon
 }
 
 // Fetch sets how many messages one pull request asks for, overriding 100;
-// Subscription.MaxInFlight lowers it. n must be 1 to 10000. Key fetch.
+// Subscription.MaxInFlight lowers it. Receive asks for the next batch
+// when half a batch or less of the current ones is still to come, so up
+// to 1.5 × n messages are asked for (and buffered) at a time. n must be 1
+// to 10000. Key fetch.
 func Fetch(n int) Option {
 	return optionFunc(func(c *config) {
 		if n < 1 || n > 10000 {

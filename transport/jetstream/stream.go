@@ -38,24 +38,49 @@ type part struct {
 	validUntil atomic.Int64 // unix nanos: the lease is ours until then by our clock
 	readyAt    atomic.Int64 // unix nanos: fetch nothing before (after a takeover)
 	epoch      atomic.Uint64
-	active     atomic.Int64 // deliveries handed out and unsettled
-	fetching   atomic.Bool  // a pull of Receive's is open
-	rev        uint64       // the lease's revision; the lease loop's
+	active     atomic.Int64  // deliveries handed out and unsettled
+	fetching   atomic.Bool   // a pull of Receive's is open, or its messages are still held
+	takeover   atomic.Uint64 // the epoch p was last taken over in without a handover
+	rev        uint64        // the lease's revision; the lease loop's
 
-	// Receive's, under stream.recvMu.
-	batch      njs.MessageBatch
-	batchEpoch uint64
+	// Receive's, under stream.recvMu: the pulls (see pull.go).
+	sub      *nats.Subscription // on inbox+".*", from the first pull to Close
+	msgs     chan *nats.Msg     // sub's buffer
+	inbox    string
+	nextSubj string // the consumer's pull request subject
+	req      []byte // a pull request's body, reused
+	timer    *time.Timer
+	next     uint64 // pull requests sent
+	settled  uint64 // requests up to this one are over: their statuses are stale
+	want     int    // messages asked for, neither taken nor reported undelivered
+	until    int64  // unix nanos: the newest request is surely over by then
+	stale    int    // buffered messages of pulls counted over, still to take
+	counted  bool   // the message just taken counts against want
+	// fetchedAt is a time the messages taken next arrived after, until
+	// marks move it on; arrived is the one of the message just taken.
 	fetchedAt  time.Time
+	arrived    time.Time
+	marks      [4]mark
+	nmarks     int
+	batchEpoch uint64 // the lease epoch the open pulls were sent in
 	// cseq is the consumer sequence of the last message pulled in epoch
-	// cseqEpoch (0: none yet); skipping drops the rest of the open pull
-	// after a gap in it. See [stream.gap].
+	// cseqEpoch (0: none yet); skipping drops the rest of the open pulls
+	// after a gap in them. See [stream.gap].
 	cseq      uint64
 	cseqEpoch uint64
 	skipping  bool
-	// back holds messages of the open pull to Nak once it ends: a Nak
-	// while the pull is open would bring the message straight back into
+	// back holds messages of the open pulls to Nak once they end: a Nak
+	// while a pull is open would bring the message straight back into
 	// it.
-	back []njs.Msg
+	back []*nats.Msg
+	// After a takeover the first run of pulls is a recovery (see
+	// "Recovery after a takeover" in pull.go): collecting, it keeps every message in collected;
+	// once the run ended they are handed out from sorted, in stream order.
+	recovered   uint64 // the epoch whose recovery run has been sent
+	collecting  bool
+	collectedAt time.Time // when the recovery run was asked for
+	collected   []*nats.Msg
+	sorted      []*nats.Msg
 }
 
 // usable reports whether Receive may fetch from p at now.
@@ -83,6 +108,7 @@ type stream struct {
 	recvMu sync.Mutex
 	cases  []reflect.SelectCase // nextN's, reused
 	caseP  []*part
+	turn   int // nextN's: the partition whose buffer it looks at first
 
 	mu   sync.Mutex
 	live map[*delivery]struct{} // handed out, unsettled
@@ -136,9 +162,10 @@ func (s *stream) closedErr() error {
 }
 
 // Receive returns the next message of a partition this member holds, in
-// the consumer's order, pulling up to fetch messages at a time (one pull
-// request, waiting up to fetch_wait). When ctx ends it returns ctx.Err();
-// the pull stays open and the next Receive goes on with it, so nothing is
+// the consumer's order, pulling fetch messages per pull request (each
+// waiting up to fetch_wait), the next one asked for before the current
+// one runs out (see pull.go). When ctx ends it returns ctx.Err(); the
+// pulls stay open and the next Receive goes on with them, so nothing is
 // lost or reordered. An error of the pull (a lost connection, a deleted
 // consumer) is returned wrapped, and the next Receive pulls again: the
 // caller owns the backoff.
@@ -152,8 +179,21 @@ func (s *stream) Receive(ctx context.Context) (transport.Delivery, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if p := s.recoveredPart(); p != nil {
+			raw := p.sorted[0]
+			p.sorted[0] = nil
+			p.sorted = p.sorted[1:]
+			d, _ := s.accept(p, raw, true)
+			if len(p.sorted) == 0 {
+				s.recoveryServed(p)
+			}
+			if d != nil {
+				return d, nil
+			}
+			continue
+		}
 		var p *part
-		var raw njs.Msg
+		var raw *nats.Msg
 		var err error
 		if len(s.parts) == 1 {
 			p = s.parts[0]
@@ -167,30 +207,47 @@ func (s *stream) Receive(ctx context.Context) (transport.Delivery, error) {
 		if raw == nil {
 			continue
 		}
-		if d := s.accept(p, raw); d != nil {
+		if p.collecting {
+			s.taken(p, s.collect(p, raw))
+			continue
+		}
+		d, now := s.accept(p, raw, false)
+		s.taken(p, now)
+		if d != nil {
 			return d, nil
 		}
 	}
 }
 
 // next1 returns the next message of the one partition, or nil to look
-// again (a pull ended, a lease changed).
-func (s *stream) next1(ctx context.Context, p *part) (njs.Msg, error) {
-	if p.batch == nil {
-		now := time.Now().UnixNano()
-		if !p.usable(now) {
-			return nil, s.waitUsable(ctx, time.Duration(p.readyAt.Load()-now))
+// again (a pull ended, a lease changed, a status came).
+func (s *stream) next1(ctx context.Context, p *part) (*nats.Msg, error) {
+	if !p.open() {
+		now := time.Now()
+		if !p.usable(now.UnixNano()) {
+			return nil, s.waitUsable(ctx, time.Duration(p.readyAt.Load()-now.UnixNano()))
 		}
-		if err := s.fetch(p); err != nil {
+		if err := s.pull(p, now); err != nil {
 			return nil, err
 		}
 	}
 	select {
-	case raw, ok := <-p.batch.Messages():
-		if !ok {
-			return nil, s.endBatch(p)
-		}
-		return raw, nil
+	case m := <-p.msgs:
+		return s.take(p, m)
+	default:
+	}
+	// Nothing is buffered: what comes next arrives after now.
+	now := time.Now()
+	p.fetchedAt, p.nmarks = now, 0
+	if s.expire(p, now) {
+		return nil, nil
+	}
+	select {
+	case m := <-p.msgs:
+		return s.take(p, m)
+	case <-p.timer.C:
+		s.expire(p, time.Now())
+		return nil, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-s.closing:
@@ -198,9 +255,32 @@ func (s *stream) next1(ctx context.Context, p *part) (njs.Msg, error) {
 	}
 }
 
-// nextN waits on the pulls of every partition this member holds.
-func (s *stream) nextN(ctx context.Context) (*part, njs.Msg, error) {
-	now := time.Now().UnixNano()
+// nextN returns the next message of any partition this member holds,
+// opening pulls on those it may read: first whatever is buffered, taking
+// the partitions in turn, then it waits on them all.
+func (s *stream) nextN(ctx context.Context) (*part, *nats.Msg, error) {
+	now := time.Now() // before the look at the buffers below
+	for _, p := range s.parts {
+		if !p.open() && p.usable(now.UnixNano()) {
+			if err := s.pull(p, now); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	n := len(s.parts)
+	for i := range n {
+		p := s.parts[(s.turn+i)%n]
+		if p.msgs == nil {
+			continue
+		}
+		select {
+		case m := <-p.msgs:
+			s.turn = (s.turn + i + 1) % n
+			raw, err := s.take(p, m)
+			return p, raw, err
+		default:
+		}
+	}
 	s.cases = append(s.cases[:0],
 		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.closing)},
@@ -208,38 +288,46 @@ func (s *stream) nextN(ctx context.Context) (*part, njs.Msg, error) {
 	s.caseP = s.caseP[:0]
 	soonest := int64(forever)
 	for _, p := range s.parts {
-		if p.batch == nil && p.usable(now) {
-			if err := s.fetch(p); err != nil {
-				return nil, nil, err
-			}
-		}
-		if p.batch != nil {
-			s.cases = append(s.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.batch.Messages())})
+		if p.msgs != nil {
+			p.fetchedAt, p.nmarks = now, 0 // found empty above
+			s.cases = append(s.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.msgs)})
 			s.caseP = append(s.caseP, p)
-		} else if r := p.readyAt.Load(); p.held.Load() && r > now {
+		}
+		switch r := p.readyAt.Load(); {
+		case p.open():
+			if s.expire(p, now) {
+				return nil, nil, nil
+			}
+			s.cases = append(s.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.timer.C)})
+			s.caseP = append(s.caseP, nil)
+		case p.held.Load() && r > now.UnixNano():
 			soonest = min(soonest, r)
 		}
 	}
 	var timer *time.Timer
 	if soonest != forever {
-		timer = time.NewTimer(time.Duration(soonest - now))
+		timer = time.NewTimer(time.Duration(soonest - now.UnixNano()))
 		defer timer.Stop()
 		s.cases = append(s.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
 	}
-	chosen, v, ok := reflect.Select(s.cases)
+	chosen, v, _ := reflect.Select(s.cases)
 	switch {
 	case chosen == 0:
 		return nil, nil, ctx.Err()
 	case chosen == 1:
 		return nil, nil, s.closedErr()
-	case chosen == 2 || chosen-3 >= len(s.caseP):
+	case chosen == 2:
+		return nil, nil, nil
+	case chosen-3 >= len(s.caseP) || s.caseP[chosen-3] == nil:
+		now = time.Now()
+		for _, p := range s.parts {
+			s.expire(p, now)
+		}
 		return nil, nil, nil
 	}
 	p := s.caseP[chosen-3]
-	if !ok {
-		return nil, nil, s.endBatch(p)
-	}
-	return p, v.Interface().(njs.Msg), nil
+	raw, err := s.take(p, v.Interface().(*nats.Msg))
+	return p, raw, err
 }
 
 // waitUsable waits for a lease change, for d (if positive), ctx or Close.
@@ -257,38 +345,6 @@ func (s *stream) waitUsable(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-s.closing:
 		return s.closedErr()
-	}
-	return nil
-}
-
-// fetch opens a pull on p.
-func (s *stream) fetch(p *part) error {
-	b, err := p.cons.Fetch(s.pl.cc.fetch, njs.FetchMaxWait(s.pl.cc.fetchWait))
-	if err != nil {
-		return s.t.errf("pull from %s/%s: %w", s.name, p.name, err)
-	}
-	p.batch, p.batchEpoch, p.fetchedAt, p.skipping = b, p.epoch.Load(), time.Now(), false
-	p.fetching.Store(true)
-	return nil
-}
-
-// endBatch closes p's pull, releases what was held back from it, and
-// returns its error, if any.
-func (s *stream) endBatch(p *part) error {
-	err := p.batch.Error()
-	p.batch = nil
-	failed := err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, njs.ErrNoMessages)
-	for i, raw := range p.back {
-		_ = raw.Nak()
-		p.back[i] = nil
-	}
-	p.back = p.back[:0]
-	p.fetching.Store(false)
-	if p.draining.Load() && s.lease != nil {
-		s.lease.poke()
-	}
-	if failed {
-		return s.t.errf("pull from %s/%s: %w", s.name, p.name, err)
 	}
 	return nil
 }
@@ -329,47 +385,57 @@ func (s *stream) gap(p *part, md meta, now time.Time) bool {
 }
 
 // accept turns raw, pulled from p, into a delivery, or returns nil after
-// releasing or dead-lettering it.
-func (s *stream) accept(p *part, raw njs.Msg) *delivery {
+// releasing or dead-lettering it. It returns the time it read too. checked
+// says raw is of a recovery, already checked for gaps when it arrived.
+func (s *stream) accept(p *part, raw *nats.Msg, checked bool) (*delivery, time.Time) {
 	now := time.Now()
 	switch {
 	case p.epoch.Load() != p.batchEpoch || !p.held.Load() || now.UnixNano() >= p.validUntil.Load():
 		// The lease was lost: the new holder gets it after AckWait.
-		return nil
+		return nil, now
+	case checked && (s.closed.Load() || p.draining.Load()):
+		// Of a recovery, whose pulls are over: back to the stream now, in
+		// order, for the next holder.
+		_ = s.ack(raw, ackNak)
+		return nil, now
 	case s.closed.Load() || p.draining.Load():
 		// Back to the stream, in order, for the next holder, once the
 		// pull ends.
 		p.back = append(p.back, raw)
-		return nil
+		return nil, now
 	}
-	md, ok := parseMeta(raw.Reply())
+	md, ok := parseMeta(raw.Reply)
 	if !ok {
 		s.log.Warn("jetstream: a pulled message has no JetStream metadata; dropped", "stream", s.name, "consumer", p.name)
-		return nil
+		return nil, now
 	}
-	if s.gap(p, md, now) {
-		return nil
+	if !checked && s.gap(p, md, now) {
+		return nil, now
 	}
 	if n := s.pl.cc.maxDeliveries; n > 0 && int(md.delivered) > n {
 		s.deadLetter(p, raw, md)
-		return nil
+		return nil, now
 	}
-	if now.Sub(p.fetchedAt) > s.ackWait/3 {
+	arrived := p.arrived
+	if checked {
+		arrived = p.collectedAt
+	}
+	if now.Sub(arrived) > s.ackWait/3 {
 		// It waited in the pull's buffer, where the heartbeat does not
 		// see it, while the Router was busy: restart its AckWait now. Had
 		// it run out already, the server redelivers it later, a duplicate
 		// that dedupe absorbs; dropping it instead would let newer
 		// messages overtake it.
-		_ = raw.InProgress()
+		_ = s.ack(raw, ackProgress)
 	}
 	d := &delivery{s: s, p: p, raw: raw, epoch: p.batchEpoch, recv: now.UnixNano()}
-	decode(&d.msg, raw.Subject(), raw.Data(), raw.Headers(), s.topic)
+	decode(&d.msg, raw.Subject, raw.Data, raw.Header, s.topic)
 	d.msg.SetFacts(facts(s.name, md, p.idx, now))
 	p.active.Add(1)
 	s.mu.Lock()
 	s.live[d] = struct{}{}
 	s.mu.Unlock()
-	return d
+	return d, now
 }
 
 // untrack forgets a settled delivery.
@@ -408,10 +474,21 @@ func (s *stream) Close(ctx context.Context) error {
 	// once they ended, in stream order: a Nak while a pull is open would
 	// bring the message straight back into it, and the server redelivers
 	// released messages in the order they were released.
-	var release []njs.Msg
+	var release []*nats.Msg
 	for _, p := range s.parts {
-		if p.batch != nil {
+		if p.open() || len(p.back) > 0 {
 			release = append(release, s.drain(ctx, p)...)
+		}
+		if p.epoch.Load() == p.batchEpoch && p.held.Load() && !p.skipping {
+			release = append(release, p.collected...)
+			release = append(release, p.sorted...)
+		}
+		p.collected, p.sorted, p.collecting = nil, nil, false
+		if p.sub != nil {
+			_ = p.sub.Unsubscribe()
+		}
+		if p.timer != nil {
+			p.timer.Stop()
 		}
 	}
 	s.mu.Lock()
@@ -429,9 +506,9 @@ func (s *stream) Close(ctx context.Context) error {
 			d.p.active.Add(-1)
 		}
 	}
-	slices.SortFunc(release, func(a, b njs.Msg) int { return cmp.Compare(streamSeq(a), streamSeq(b)) })
+	slices.SortFunc(release, func(a, b *nats.Msg) int { return cmp.Compare(streamSeq(a), streamSeq(b)) })
 	for _, raw := range release {
-		_ = raw.Nak()
+		_ = s.ack(raw, ackNak)
 	}
 	if err := s.t.nc.FlushTimeout(min(s.t.cfg.timeout, untilDeadline(ctx))); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		s.log.Warn("jetstream: close: flushing the releases failed; they come back after AckWait", "stream", s.name, "err", err)
@@ -447,28 +524,30 @@ func (s *stream) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// drain reads p's open pull to its end (or ctx's) and returns what it
-// brought, with what was held back from it, to release if still ours.
-func (s *stream) drain(ctx context.Context, p *part) []njs.Msg {
-	// After a gap the rest of the pull comes back after AckWait, behind
+// drain reads p's open pulls to their end (or ctx's) and returns what
+// they brought, with what was held back from them, to release if still
+// ours.
+func (s *stream) drain(ctx context.Context, p *part) []*nats.Msg {
+	// After a gap the rest of the pulls comes back after AckWait, behind
 	// the lost messages; a Nak would send it ahead of them.
 	mine := p.epoch.Load() == p.batchEpoch && p.held.Load() && !p.skipping
 	out := p.back
 	p.back = nil
-	defer func() {
-		p.batch = nil
-		p.fetching.Store(false)
-	}()
-	for {
+	defer s.endPulls(p)
+	for p.open() {
+		now := time.Now()
+		if now.UnixNano() >= p.until {
+			break
+		}
 		select {
-		case raw, ok := <-p.batch.Messages():
-			if !ok {
-				if !mine {
-					return nil
+		case m := <-p.msgs:
+			if raw, _ := s.take(p, m); raw != nil {
+				out = append(out, raw)
+				if p.counted {
+					p.want--
 				}
-				return out
 			}
-			out = append(out, raw)
+		case <-p.timer.C:
 		case <-ctx.Done():
 			if !mine {
 				return nil
@@ -476,10 +555,14 @@ func (s *stream) drain(ctx context.Context, p *part) []njs.Msg {
 			return out // the rest comes back after AckWait
 		}
 	}
+	if !mine {
+		return nil
+	}
+	return out
 }
 
 // streamSeq is m's stream sequence, or 0.
-func streamSeq(m njs.Msg) uint64 {
-	md, _ := parseMeta(m.Reply())
+func streamSeq(m *nats.Msg) uint64 {
+	md, _ := parseMeta(m.Reply)
 	return md.seq
 }

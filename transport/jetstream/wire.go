@@ -344,7 +344,8 @@ func decode(m *handler.Message, subject string, data []byte, h nats.Header, topi
 
 // brokerID is Facts.BrokerID: "<stream>/<stream sequence>".
 func brokerID(stream string, seq uint64) string {
-	return stream + "/" + strconv.FormatUint(seq, 10)
+	var b [20]byte
+	return stream + "/" + string(strconv.AppendUint(b[:0], seq, 10)) // one allocation
 }
 
 // meta is what the transport reads of a message's JetStream metadata.
