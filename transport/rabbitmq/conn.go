@@ -222,8 +222,13 @@ func (h *handshakeConn) Write(b []byte) (int, error) {
 }
 
 func (h *handshakeConn) note(err error) {
+	if err == nil {
+		// Before declaring ne: errors.As makes it escape, an allocation
+		// on every read and write otherwise.
+		return
+	}
 	var ne net.Error
-	if err != nil && errors.As(err, &ne) && ne.Timeout() {
+	if errors.As(err, &ne) && ne.Timeout() {
 		h.timedOut.Store(true)
 	}
 }
