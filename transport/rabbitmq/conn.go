@@ -140,14 +140,21 @@ func (c *connector) current() *session {
 func (c *connector) connect(d *dialing) {
 	cf := c.amqpCf
 	var timedOut atomic.Bool
+	var wire *coalescingConn
 	cf.Dial = func(network, addr string) (net.Conn, error) {
 		conn, err := amqp.DefaultDial(c.timeout)(network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return &handshakeConn{Conn: conn, timedOut: &timedOut}, nil
+		wire = newCoalescingConn(conn)
+		return &handshakeConn{Conn: wire, timedOut: &timedOut}, nil
 	}
 	conn, err := amqp.DialConfig(c.url, cf)
+	if err == nil && wire != nil {
+		// Handshake done: from now on the connection's writes are
+		// coalesced (wire.go).
+		wire.start()
+	}
 	if err != nil && timedOut.Load() {
 		// amqp091-go reports the handshake's read timeout as a frame
 		// error: say what it was.
@@ -215,8 +222,13 @@ func (h *handshakeConn) Write(b []byte) (int, error) {
 }
 
 func (h *handshakeConn) note(err error) {
+	if err == nil {
+		// Before declaring ne: errors.As makes it escape, an allocation
+		// on every read and write otherwise.
+		return
+	}
 	var ne net.Error
-	if err != nil && errors.As(err, &ne) && ne.Timeout() {
+	if errors.As(err, &ne) && ne.Timeout() {
 		h.timedOut.Store(true)
 	}
 }

@@ -119,6 +119,17 @@
 // connection.blocked) Publish waits, bounded by ctx, and then fails with
 // [ErrBlocked]; the alarm and its clearing are logged.
 //
+// The connection's writes are coalesced: amqp091-go flushes after every
+// frame group (a publish, an ack), and the transport gathers what is
+// flushed while its one writer goroutine is in a write call into that
+// goroutine's next call, in order, so a busy connection makes one system
+// call for many publishes and acks, and an idle one writes at once.
+// Nothing is reported done on the strength of a write alone: a publish
+// waits for its confirm, and an ack lost in a crash before it left
+// redelivers its message. A failed write closes the connection: unconfirmed
+// publishes get [transport.ErrUnknownOutcome], as after any loss. TCP
+// backpressure is kept: while 256 KiB wait for the writer, writes block.
+//
 // Consumers use manual acks with a bounded prefetch. Ack sends basic.ack at
 // once (amqp091 writes it without a round trip); a crash after the handler
 // but before the ack redelivers. Nack(0) sends basic.nack with requeue: the

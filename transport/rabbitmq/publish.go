@@ -364,10 +364,10 @@ func (p *publisher) write(ctx context.Context, exchange, rk string, pub amqp.Pub
 // await waits for the confirm of a written publish and turns a nack, a
 // return or a lost channel into the matching error.
 func (w pending) await(ctx context.Context) error {
+	parent := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, w.p.t.cfg.timeout,
-			fmt.Errorf("no confirm from %s%s within %s (Timeout)", w.p.t.conn.host, w.p.t.conn.via, w.p.t.cfg.timeout))
+		ctx, cancel = context.WithTimeout(ctx, w.p.t.cfg.timeout)
 		defer cancel()
 	}
 	select {
@@ -376,7 +376,13 @@ func (w pending) await(ctx context.Context) error {
 		if reason := w.p.t.conn.blockedReason(); reason != "" {
 			return fmt.Errorf("rabbitmq: publish %s: awaiting confirm: %w (%s): %w: %w", w.exchange, ErrBlocked, reason, transport.ErrUnknownOutcome, ctx.Err())
 		}
-		return fmt.Errorf("rabbitmq: publish %s: awaiting confirm from %s: %w: %w (%v)", w.exchange, w.p.t.conn.host, transport.ErrUnknownOutcome, ctx.Err(), context.Cause(ctx))
+		cause := context.Cause(ctx)
+		if ctx != parent && parent.Err() == nil {
+			// Our own Timeout ran out (its text is made here, not for
+			// every publish).
+			cause = fmt.Errorf("no confirm from %s%s within %s (Timeout)", w.p.t.conn.host, w.p.t.conn.via, w.p.t.cfg.timeout)
+		}
+		return fmt.Errorf("rabbitmq: publish %s: awaiting confirm from %s: %w: %w (%v)", w.exchange, w.p.t.conn.host, transport.ErrUnknownOutcome, ctx.Err(), cause)
 	}
 	return w.outcome()
 }
