@@ -123,29 +123,6 @@ func (p *producer) publishAsync(ctx context.Context, m *handler.Message, done fu
 	if done == nil {
 		return fmt.Errorf("%w: kafka: PublishAsync needs a done function", transport.ErrInvalidOption)
 	}
-	return p.accept(ctx, m, result{done: done})
-}
-
-// result is where one accepted message's result goes: done, or slot idx
-// of batch.
-type result struct {
-	done  func(error)
-	batch *batchWait
-	idx   int
-}
-
-func (r result) settle(err error) {
-	if r.batch != nil {
-		r.batch.settle(r.idx, err)
-		return
-	}
-	r.done(err)
-}
-
-func (w *pending) result() result { return result{w.done, w.batch, w.idx} }
-
-// accept is PublishAsync with its result going to r.
-func (p *producer) accept(ctx context.Context, m *handler.Message, r result) error {
 	if err := p.check(m); err != nil {
 		return err
 	}
@@ -161,7 +138,7 @@ func (p *producer) accept(ctx context.Context, m *handler.Message, r result) err
 	}
 	w := p.pool.Get().(*pending)
 	w.fill(m)
-	w.done, w.batch, w.idx, w.topic = r.done, r.batch, r.idx, m.Topic
+	w.done, w.topic = done, m.Topic
 	w.dl = p.dl.current()
 	a.link(w) // before the hand-over: its result may come at once
 	p.mu.RLock()
@@ -200,7 +177,7 @@ func (p *producer) accept(ctx context.Context, m *handler.Message, r result) err
 func (p *producer) watch() {
 	a := &p.async
 	type expired struct {
-		r     result
+		done  func(error)
 		topic string
 		e     *epoch
 	}
@@ -230,14 +207,14 @@ func (p *producer) watch() {
 			next := w.next
 			if w.state.CompareAndSwap(0, abandoned) { // else its result is being delivered
 				a.unlinkLocked(w)
-				out = append(out, expired{w.result(), w.topic, w.epoch})
+				out = append(out, expired{w.done, w.topic, w.epoch})
 			}
 			w = next
 		}
 		a.mu.Unlock()
 		for i, x := range out {
 			<-a.room
-			x.r.settle(fmt.Errorf("kafka: publish %s: %w: no confirmation within %s", x.topic, transport.ErrUnknownOutcome, p.cfg.deliveryTimeout))
+			x.done(fmt.Errorf("kafka: publish %s: %w: no confirmation within %s", x.topic, transport.ErrUnknownOutcome, p.cfg.deliveryTimeout))
 			x.e.release()
 			out[i] = expired{}
 		}
@@ -271,71 +248,4 @@ func (p *producer) flush(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("kafka: flush: %w", ctx.Err())
 	}
-}
-
-// batchWait gathers the results of one PublishBatch: PublishAll's
-// bookkeeping, with the message's index carried in its pending rather
-// than in a done function made for each message.
-type batchWait struct {
-	mu        sync.Mutex
-	errs      []error
-	settled   []bool
-	abandoned bool // ctx ended: results that come later are dropped
-	failed    bool
-	left      atomic.Int64  // messages not settled, and the caller's token
-	all       chan struct{} // closed when left reaches 0
-}
-
-func (b *batchWait) settle(i int, err error) {
-	b.mu.Lock()
-	if !b.abandoned {
-		b.errs[i], b.settled[i] = err, true
-		b.failed = b.failed || err != nil
-	}
-	b.mu.Unlock()
-	b.release()
-}
-
-func (b *batchWait) release() {
-	if b.left.Add(-1) == 0 {
-		close(b.all)
-	}
-}
-
-// publishBatch is [transport.PublishAll] over accept: the same results,
-// errors and ctx handling.
-func (p *producer) publishBatch(ctx context.Context, msgs []*handler.Message) error {
-	b := &batchWait{errs: make([]error, len(msgs)), settled: make([]bool, len(msgs)), all: make(chan struct{})}
-	b.left.Store(int64(len(msgs)) + 1) // +1: the caller's, released once all were handed over
-	for i, m := range msgs {
-		if err := ctx.Err(); err != nil {
-			for j := i; j < len(msgs); j++ {
-				b.settle(j, fmt.Errorf("kafka: publish %s: not sent: %w", msgs[j].Topic, err))
-			}
-			break
-		}
-		if err := p.accept(ctx, m, result{batch: b, idx: i}); err != nil {
-			b.settle(i, err)
-		}
-	}
-	b.release()
-	select {
-	case <-b.all:
-	case <-ctx.Done():
-		b.mu.Lock()
-		for i, ok := range b.settled {
-			if !ok {
-				b.errs[i] = fmt.Errorf("kafka: publish %s: %w: %w", msgs[i].Topic, transport.ErrUnknownOutcome, ctx.Err())
-				b.failed = true
-			}
-		}
-		b.abandoned = true
-		b.mu.Unlock()
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.failed {
-		return &transport.BatchError{Errs: b.errs}
-	}
-	return nil
 }

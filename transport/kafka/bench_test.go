@@ -51,7 +51,7 @@ import (
 //
 //   - ferry: one Transport.PublishBatch of all the run's messages (built
 //     before the clock starts), which goes through PublishAsync with
-//     PublishAll's bookkeeping; or, for PublishAsync, one goroutine calling
+//     transport.PublishAll; or, for PublishAsync, one goroutine calling
 //     Transport.PublishAsync for each message (the default window of 1024
 //     in flight, a done that counts) and then Flush.
 //   - sarama: one goroutine feeds all the run's records to a raw

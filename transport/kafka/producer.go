@@ -47,13 +47,10 @@ type pending struct {
 	hdrs []sarama.RecordHeader
 	buf  []byte // key, ID and header bytes
 
-	// Publish waits on ch; PublishAsync sets done, PublishBatch batch and
-	// idx instead.
+	// Exactly one of ch and done is set.
 	ch    chan error  // Publish: room for the one result
 	done  func(error) // PublishAsync: called once with the result
-	batch *batchWait  // PublishBatch: takes the result as message idx
-	idx   int
-	topic string // PublishAsync and PublishBatch: for a timeout's error
+	topic string      // PublishAsync: for its timeout's error
 	state atomic.Int32
 	dl    *deadline
 	epoch *epoch   // PublishAsync: the Flush epoch it was accepted in
@@ -69,7 +66,7 @@ const (
 // complete hands the message's result to its waiter. It is called once,
 // by a result loop, and never blocks (PublishAsync's done must not).
 func (w *pending) complete(p *producer, err error) {
-	if w.done == nil && w.batch == nil {
+	if w.done == nil {
 		w.ch <- err
 		return
 	}
@@ -77,9 +74,9 @@ func (w *pending) complete(p *producer, err error) {
 		return // abandoned at its deadline, and never reused
 	}
 	p.async.unlink(w)
-	r, e := w.result(), w.epoch
+	done, e := w.done, w.epoch
 	<-p.async.room
-	r.settle(err)
+	done(err)
 	e.release()
 	if err == nil {
 		// A message returned as an error may still be read by sarama (its
@@ -204,7 +201,7 @@ func (p *producer) publish(ctx context.Context, m *handler.Message) error {
 // put returns w to the pool once its result was read (or it was never
 // handed over).
 func (p *producer) put(w *pending) {
-	w.pm, w.val, w.done, w.batch, w.idx, w.topic, w.dl, w.epoch, w.prev, w.next = sarama.ProducerMessage{}, nil, nil, nil, 0, "", nil, nil, nil, nil
+	w.pm, w.val, w.done, w.topic, w.dl, w.epoch, w.prev, w.next = sarama.ProducerMessage{}, nil, nil, "", nil, nil, nil, nil
 	w.state.Store(0)
 	clear(w.hdrs)
 	p.pool.Put(w)
@@ -334,12 +331,8 @@ func byteSize(m *handler.Message) int {
 // confirmation has not come an error wrapping [transport.ErrUnknownOutcome]
 // and ctx.Err() (the idempotent producer may still write it); the batch
 // returns at once.
-//
-// It is [transport.PublishAll] over PublishAsync, without a done function
-// per message: each message's result goes straight into the batch's slot
-// for it.
 func (t *Transport) PublishBatch(ctx context.Context, msgs []*handler.Message) error {
-	return t.prod.publishBatch(ctx, msgs)
+	return transport.PublishAll(ctx, t, msgs)
 }
 
 // close flushes what the producer holds, waiting until ctx ends.
