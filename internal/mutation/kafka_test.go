@@ -39,7 +39,7 @@ func init() {
 		{
 			Name: "wrong-attempt", // a Nacked message comes back as attempt 1
 			Pkg:  kafkaPkg, File: "transport/kafka/settle.go",
-			Find:    "\t\t\tAttempt:     next.attempt,\n",
+			Find:    "\t\t\tAttempt:     int(next.attempt),\n",
 			Replace: "\t\t\tAttempt:     1,\n",
 			Run:     "^TestNackDelayOtherKeys$",
 			Want:    "want 0, attempt 2",

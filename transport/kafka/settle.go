@@ -13,7 +13,7 @@ import (
 // cannot be decoded: Receive dead-letters it and never hands it out.
 type delivery struct {
 	rec     *record
-	attempt int
+	attempt int32
 	settled atomic.Bool
 }
 
@@ -69,7 +69,7 @@ func (d *delivery) Nack(_ context.Context, delay time.Duration) error {
 			}
 		}
 		r.msg.SetFacts(handler.Facts{
-			Attempt:     next.attempt,
+			Attempt:     int(next.attempt),
 			Transport:   Scheme,
 			Partition:   p.id,
 			Offset:      r.offset,
