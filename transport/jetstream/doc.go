@@ -26,7 +26,7 @@
 //     max_age, duplicates, partitions (1), key_subject (false), dedupe
 //     (true).
 //   - Subscription defaults, also accepted in Subscription.Options: mode
-//     (exclusive or shared), ack_wait (30s), max_extend (1h), fetch (100),
+//     (exclusive or shared), ack_wait (30s), max_extend (1h), fetch (500),
 //     fetch_wait (1s), max_ack_pending (1000), max_deliveries (0),
 //     dead_letter, lease (10s).
 //

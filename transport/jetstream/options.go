@@ -17,7 +17,7 @@ const (
 	DefaultAckWait       = 30 * time.Second
 	DefaultMaxExtend     = time.Hour
 	DefaultLease         = 10 * time.Second
-	DefaultFetch         = 100
+	DefaultFetch         = 500
 	DefaultFetchWait     = time.Second
 	DefaultMaxAckPending = 1000
 	DefaultPublishWindow = 4096
@@ -463,7 +463,8 @@ func consumeDuration(name string, d, least time.Duration, field func(*consumeCon
 	})
 }
 
-// Fetch sets how many messages one pull request asks for, overriding 100;
+// Fetch sets how many messages one pull request asks for, overriding 500
+// (nats.go's Consume asks for as many);
 // Subscription.MaxInFlight lowers it. Receive asks for the next batch
 // when half a batch or less of the current ones is still to come, so up
 // to 1.5 × n messages are asked for (and buffered) at a time. n must be 1
