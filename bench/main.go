@@ -32,7 +32,7 @@ var suites = []suite{
 	{"memory-telemetry", "memory", ".", "^BenchmarkTelemetryOverhead$", "1x"},
 	{"redis", "Redis Streams", "./transport/redisstream", "^Benchmark(PublishVsRaw|ConsumeVsRaw|ConsumeVsWatermill)$", "1x"},
 	{"rabbitmq", "RabbitMQ", "./transport/rabbitmq", "^Benchmark(EndToEndRatio|PublishVsRaw|ConsumeVsRaw)$", "1x"},
-	{"mqtt", "MQTT 3.1.1", "./transport/mqtt", "^Benchmark(EndToEnd311|Publish311|PublishAsync311|Drain311)$", "10000x"},
+	{"mqtt", "MQTT 3.1.1", "./transport/mqtt", "^Benchmark(EndToEnd311|Publish311|PublishAsync311|Drain311)$", "50000x"},
 	{"mqtt5", "MQTT 5", "./transport/mqtt", "^Benchmark(PublishOneAtATime|Publish|PublishAsync|Drain)$", "20000x"},
 	{"jetstream", "NATS JetStream", "./transport/jetstream", "^Benchmark(PublishVsRaw|ConsumeVsRaw)$", "1x"},
 	{"kafka", "Kafka (kfake)", "./transport/kafka", "^BenchmarkKafka$", "200000x"},
