@@ -89,24 +89,21 @@ func round(b *testing.B, s side, r, partitions, keys int) outcome {
 		b.Fatal(err)
 	}
 	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	start, cpu := time.Now(), benchstat.CPUTime()
+	m := benchstat.Start()
 	go rt.Run(ctx)
 	select {
 	case <-finished:
 	case <-time.After(2 * time.Minute):
 		b.Fatalf("%s: %d of %d messages handled in 2 minutes", s.name, count.Load(), s.n)
 	}
-	elapsed, used := time.Since(start), benchstat.CPUTime()-cpu
-	runtime.ReadMemStats(&after)
+	spent := m.Since()
 	closeCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := rt.Close(closeCtx); err != nil {
 		b.Fatal(err)
 	}
-	return outcome{float64(s.n) / elapsed.Seconds(), float64(after.Mallocs-before.Mallocs) / float64(s.n),
-		float64(used.Microseconds()) / float64(s.n)}
+	rate, cpu, allocs := spent.PerMsg(s.n)
+	return outcome{rate, allocs, cpu}
 }
 
 // compare runs every side once per round, rotating which goes first, and

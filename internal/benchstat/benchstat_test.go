@@ -59,3 +59,28 @@ func TestCPUTime(t *testing.T) {
 		t.Errorf("CPUTime after a busy loop = %v, not above %v", c1, c0)
 	}
 }
+
+var keep []*[64]byte
+
+// TestMeter: a span that allocates 1,000 objects and sleeps 20ms is
+// measured as at least that, and the allocations of the meter's own
+// reads are not counted against it beyond a handful.
+func TestMeter(t *testing.T) {
+	m := benchstat.Start()
+	for range 1000 {
+		keep = append(keep, new([64]byte))
+	}
+	time.Sleep(20 * time.Millisecond)
+	s := m.Since()
+	keep = nil
+	if s.Allocs < 1000 || s.Allocs > 1100 {
+		t.Errorf("Allocs = %d, want 1000 (plus the slice's growth)", s.Allocs)
+	}
+	if s.Wall < 20*time.Millisecond {
+		t.Errorf("Wall = %v, want at least 20ms", s.Wall)
+	}
+	rate, cpu, allocs := s.PerMsg(1000)
+	if rate <= 0 || rate > 1000/0.02 || cpu < 0 || allocs < 1 || allocs > 1.1 {
+		t.Errorf("PerMsg(1000) = %v msg/s, %v CPU µs, %v allocs", rate, cpu, allocs)
+	}
+}

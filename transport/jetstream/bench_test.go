@@ -87,12 +87,12 @@ func rawConsumer(b *testing.B, js njs.JetStream, topic, name string) njs.Consume
 // sent when half of them are taken, so messages keep flowing), on a
 // durable pull consumer configured as Ferry's, an Ack per message,
 // touching each payload.
-func consumeRaw(b *testing.B, js njs.JetStream, topic string, n int) (wall, cpu time.Duration) {
+func consumeRaw(b *testing.B, js njs.JetStream, topic string, n int) (spent benchstat.Spent) {
 	c := rawConsumer(b, js, topic, "raw")
 	var done atomic.Int64
 	var sink atomic.Int64
 	all := make(chan struct{})
-	start := now()
+	start := benchstat.Start()
 	cc, err := c.Consume(func(m njs.Msg) {
 		sink.Add(int64(len(m.Data())))
 		if err := m.Ack(); err != nil {
@@ -110,17 +110,17 @@ func consumeRaw(b *testing.B, js njs.JetStream, topic string, n int) (wall, cpu 
 	case <-time.After(2 * time.Minute):
 		b.Fatalf("raw Consume handled %d of %d", done.Load(), n)
 	}
-	wall, cpu = start.elapsed()
+	spent = start.Since()
 	cc.Stop()
-	return wall, cpu
+	return spent
 }
 
 // consumeRawFetch is the raw client one pull at a time: a loop of
 // Fetch(100) and an Ack per message, each pull sent once the last one
 // ended (the shape Ferry used before it pipelined its pulls).
-func consumeRawFetch(b *testing.B, js njs.JetStream, topic string, n int) (wall, cpu time.Duration) {
+func consumeRawFetch(b *testing.B, js njs.JetStream, topic string, n int) (spent benchstat.Spent) {
 	c := rawConsumer(b, js, topic, "rawfetch")
-	start := now()
+	start := benchstat.Start()
 	done, sink := 0, 0
 	for done < n {
 		batch, err := c.Fetch(100, njs.FetchMaxWait(time.Second))
@@ -136,12 +136,12 @@ func consumeRawFetch(b *testing.B, js njs.JetStream, topic string, n int) (wall,
 		}
 	}
 	_ = sink
-	return start.elapsed()
+	return start.Since()
 }
 
 // consumeFerry consumes with a Router over the default URL (one active
 // member) and a handler that touches each payload.
-func consumeFerry(b *testing.B, topic string, n int) (wall, cpu time.Duration) {
+func consumeFerry(b *testing.B, topic string, n int) (spent benchstat.Spent) {
 	tr := open(b, sharedURL)
 	ctx := context.Background()
 	sub := transport.Subscription{Topic: topic, Group: "ferry", StartAtOldest: true}
@@ -170,22 +170,22 @@ func consumeFerry(b *testing.B, topic string, n int) (wall, cpu time.Duration) {
 	defer cancel()
 	go func() { _ = r.Run(runCtx) }()
 	<-r.Ready()
-	start := now()
+	start := benchstat.Start()
 	select {
 	case <-doneCh:
 	case <-time.After(2 * time.Minute):
 		b.Fatalf("handled %d of %d", handled.Load(), n)
 	}
-	wall, cpu = start.elapsed()
+	spent = start.Since()
 	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
 	defer ccancel()
 	_ = r.Close(cctx)
-	return wall, cpu
+	return spent
 }
 
 // consumeStream consumes with the transport alone: one goroutine calling
 // Receive and Ack, as the raw loop does.
-func consumeStream(b *testing.B, topic string, n int) (wall, cpu time.Duration) {
+func consumeStream(b *testing.B, topic string, n int) (spent benchstat.Spent) {
 	tr := open(b, sharedURL)
 	ctx := context.Background()
 	st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "stream", StartAtOldest: true})
@@ -193,7 +193,7 @@ func consumeStream(b *testing.B, topic string, n int) (wall, cpu time.Duration) 
 		b.Fatal(err)
 	}
 	defer st.Close(ctx)
-	start := now()
+	start := benchstat.Start()
 	sink := 0
 	for range n {
 		d, err := st.Receive(ctx)
@@ -205,12 +205,12 @@ func consumeStream(b *testing.B, topic string, n int) (wall, cpu time.Duration) 
 			b.Fatal(err)
 		}
 	}
-	return start.elapsed()
+	return start.Since()
 }
 
 // consumeWatermill consumes with watermill-nats/v2's JetStream subscriber
 // (a durable queue subscription, asynchronous acks), acking each message.
-func consumeWatermill(b *testing.B, topic string, n int) (wall, cpu time.Duration) {
+func consumeWatermill(b *testing.B, topic string, n int) (spent benchstat.Spent) {
 	sub, err := wmnats.NewSubscriber(wmnats.SubscriberConfig{
 		URL:              sharedURL,
 		QueueGroupPrefix: "wm",
@@ -229,7 +229,7 @@ func consumeWatermill(b *testing.B, topic string, n int) (wall, cpu time.Duratio
 	defer sub.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	start := now()
+	start := benchstat.Start()
 	msgs, err := sub.Subscribe(ctx, topic)
 	if err != nil {
 		b.Fatal(err)
@@ -244,7 +244,7 @@ func consumeWatermill(b *testing.B, topic string, n int) (wall, cpu time.Duratio
 			b.Fatal("watermill stalled")
 		}
 	}
-	return start.elapsed()
+	return start.Since()
 }
 
 // BenchmarkConsumeVsRaw consumes pre-filled streams of 1 KiB messages with
@@ -324,8 +324,8 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		}
 		return name
 	}
-	raw := func(topic string, n int) (wall, cpu time.Duration) {
-		start := now()
+	raw := func(topic string, n int) (spent benchstat.Spent) {
+		start := benchstat.Start()
 		for i := range n {
 			m := nats.NewMsg(topic)
 			m.Data = payload
@@ -336,17 +336,17 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 			}
 		}
 		<-js.PublishAsyncComplete()
-		return start.elapsed()
+		return start.Since()
 	}
-	ferryBatch := func(topic string, n int) (wall, cpu time.Duration) {
+	ferryBatch := func(topic string, n int) (spent benchstat.Spent) {
 		all := msgs(topic, n)
-		start := now()
+		start := benchstat.Start()
 		if err := tr.PublishBatch(ctx, all); err != nil {
 			b.Fatal(err)
 		}
-		return start.elapsed()
+		return start.Since()
 	}
-	ferryAsync := func(topic string, n int) (wall, cpu time.Duration) {
+	ferryAsync := func(topic string, n int) (spent benchstat.Spent) {
 		all := msgs(topic, n)
 		var failed atomic.Int64
 		done := func(err error) {
@@ -354,7 +354,7 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 				failed.Add(1)
 			}
 		}
-		start := now()
+		start := benchstat.Start()
 		for _, m := range all {
 			if err := tr.PublishAsync(ctx, m, done); err != nil {
 				b.Fatal(err)
@@ -363,11 +363,11 @@ func BenchmarkPublishVsRaw(b *testing.B) {
 		if err := tr.Flush(ctx); err != nil {
 			b.Fatal(err)
 		}
-		wall, cpu = start.elapsed()
+		spent = start.Since()
 		if failed.Load() > 0 {
 			b.Fatalf("%d asynchronous publishes failed", failed.Load())
 		}
-		return wall, cpu
+		return spent
 	}
 	rawSync := func(topic string, n int) time.Duration {
 		start := time.Now()
@@ -454,28 +454,16 @@ func report(b *testing.B, what string, n int, raws []float64, others map[string]
 	b.Log(line)
 }
 
-// stamp is a point in wall and CPU time.
-type stamp struct {
-	wall time.Time
-	cpu  time.Duration
-}
-
-func now() stamp { return stamp{time.Now(), benchstat.CPUTime()} }
-
-// elapsed is the wall and CPU time since s.
-func (s stamp) elapsed() (wall, cpu time.Duration) {
-	return time.Since(s.wall), benchstat.CPUTime() - s.cpu
-}
-
 // cpuPerMsg collects each contender's CPU µs per message, by round.
 type cpuPerMsg map[string][]float64
 
 // add returns a function that records the CPU time of a run of n
 // messages and returns its rate.
-func (c cpuPerMsg) add(name string, n int) func(wall, cpu time.Duration) float64 {
-	return func(wall, cpu time.Duration) float64 {
-		c[name] = append(c[name], float64(cpu.Microseconds())/float64(n))
-		return float64(n) / wall.Seconds()
+func (c cpuPerMsg) add(name string, n int) func(benchstat.Spent) float64 {
+	return func(s benchstat.Spent) float64 {
+		rate, cpu, _ := s.PerMsg(n)
+		c[name] = append(c[name], cpu)
+		return rate
 	}
 }
 

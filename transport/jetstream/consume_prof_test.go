@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
-	"time"
 
 	njs "github.com/nats-io/nats.go/jetstream"
 
@@ -22,22 +21,19 @@ func BenchmarkConsumeAllocs(b *testing.B) {
 	_, js := rawConn(b, sharedURL)
 	allocs := map[string][]float64{}
 	cpus := map[string][]float64{}
-	measure := func(name string, run func() (wall, cpu time.Duration)) {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		_, cpu := run()
-		runtime.ReadMemStats(&after)
-		allocs[name] = append(allocs[name], float64(after.Mallocs-before.Mallocs)/float64(n))
-		cpus[name] = append(cpus[name], float64(cpu.Microseconds())/float64(n))
+	measure := func(name string, run func() benchstat.Spent) {
+		_, cpu, al := run().PerMsg(n)
+		allocs[name] = append(allocs[name], al)
+		cpus[name] = append(cpus[name], cpu)
 	}
 	for r := range benchRounds {
 		topic := uniq(b, fmt.Sprintf("bench-allocs-%d", r))
 		cleanupStream(b, sharedURL, topic)
 		fill(b, js, topic, n)
 		runs := []func(){
-			func() { measure("raw", func() (time.Duration, time.Duration) { return consumeRaw(b, js, topic, n) }) },
-			func() { measure("ferry", func() (time.Duration, time.Duration) { return consumeFerry(b, topic, n) }) },
-			func() { measure("stream", func() (time.Duration, time.Duration) { return consumeStream(b, topic, n) }) },
+			func() { measure("raw", func() benchstat.Spent { return consumeRaw(b, js, topic, n) }) },
+			func() { measure("ferry", func() benchstat.Spent { return consumeFerry(b, topic, n) }) },
+			func() { measure("stream", func() benchstat.Spent { return consumeStream(b, topic, n) }) },
 		}
 		for i := range runs {
 			runs[(i+r)%len(runs)]()
@@ -65,13 +61,13 @@ func BenchmarkConsumeOnly(b *testing.B) {
 	requireShared(b)
 	for _, c := range []struct {
 		name string
-		run  func(b *testing.B, js njs.JetStream, topic string, n int) (wall, cpu time.Duration)
+		run  func(b *testing.B, js njs.JetStream, topic string, n int) benchstat.Spent
 	}{
 		{"raw", consumeRaw},
-		{"ferry", func(b *testing.B, _ njs.JetStream, topic string, n int) (time.Duration, time.Duration) {
+		{"ferry", func(b *testing.B, _ njs.JetStream, topic string, n int) benchstat.Spent {
 			return consumeFerry(b, topic, n)
 		}},
-		{"stream", func(b *testing.B, _ njs.JetStream, topic string, n int) (time.Duration, time.Duration) {
+		{"stream", func(b *testing.B, _ njs.JetStream, topic string, n int) benchstat.Spent {
 			return consumeStream(b, topic, n)
 		}},
 	} {
@@ -83,8 +79,8 @@ func BenchmarkConsumeOnly(b *testing.B) {
 			fill(b, js, topic, n)
 			runtime.GC()
 			b.ResetTimer()
-			_, cpu := c.run(b, js, topic, n)
-			b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/msg")
+			_, cpu, _ := c.run(b, js, topic, n).PerMsg(n)
+			b.ReportMetric(cpu, "cpu-µs/msg")
 		})
 	}
 }

@@ -113,24 +113,10 @@ func BenchmarkKafka(b *testing.B) {
 	})
 }
 
-// variant publishes or consumes n messages and returns how long it took.
-type variant func(b *testing.B, n int) took
-
-// took is a variant's wall time and the process's CPU time (user and
-// system, kfake's included) over the same span.
-type took struct{ wall, cpu time.Duration }
-
-// meter measures a took from start to stop.
-type meter struct {
-	wall time.Time
-	cpu  time.Duration
-}
-
-func start() meter { return meter{time.Now(), benchstat.CPUTime()} }
-
-func (c meter) stop() took {
-	return took{wall: time.Since(c.wall), cpu: benchstat.CPUTime() - c.cpu}
-}
+// variant publishes or consumes n messages and returns what it spent: the
+// wall time, and the process's CPU time (user and system, kfake's
+// included) over the same span.
+type variant func(b *testing.B, n int) benchstat.Spent
 
 // compareRounds is how many rounds compare runs.
 const compareRounds = 10
@@ -161,10 +147,10 @@ func compare(b *testing.B, variants map[string]variant) {
 			runtime.GC()
 			t := variants[name](b, n)
 			if name == "ferry" {
-				total += t.wall
+				total += t.Wall
 			}
-			rates[name] = append(rates[name], float64(n)/t.wall.Seconds())
-			cpus[name] = append(cpus[name], float64(t.cpu.Microseconds())/float64(n))
+			rates[name] = append(rates[name], float64(n)/t.Wall.Seconds())
+			cpus[name] = append(cpus[name], float64(t.CPU.Microseconds())/float64(n))
 		}
 		slices.Reverse(names)
 	}
@@ -241,7 +227,7 @@ func openBench(b *testing.B, addrs []string) *kafka.Transport {
 	return tr
 }
 
-func publishFerry(b *testing.B, n int) took {
+func publishFerry(b *testing.B, n int) benchstat.Spent {
 	addrs, stop := cluster(b)
 	defer stop()
 	tr := openBench(b, addrs)
@@ -251,7 +237,7 @@ func publishFerry(b *testing.B, n int) took {
 	})
 }
 
-func publishSarama(b *testing.B, n int) took {
+func publishSarama(b *testing.B, n int) benchstat.Spent {
 	addrs, stop := cluster(b)
 	defer stop()
 	p := newRawProducer(b, addrs)
@@ -277,7 +263,7 @@ func publishSarama(b *testing.B, n int) took {
 	})
 }
 
-func publishWatermill(b *testing.B, n int) took {
+func publishWatermill(b *testing.B, n int) benchstat.Spent {
 	addrs, stop := cluster(b)
 	defer stop()
 	cfg := wmkafka.DefaultSaramaSyncPublisherConfig()
@@ -292,7 +278,7 @@ func publishWatermill(b *testing.B, n int) took {
 	})
 }
 
-func publishBatchFerry(b *testing.B, n int) took {
+func publishBatchFerry(b *testing.B, n int) benchstat.Spent {
 	addrs, stop := cluster(b)
 	defer stop()
 	tr := openBench(b, addrs)
@@ -301,14 +287,14 @@ func publishBatchFerry(b *testing.B, n int) took {
 	for i := range msgs {
 		msgs[i] = &handler.Message{ID: strconv.Itoa(i), Key: benchKey(i), Topic: "t", Payload: benchPayload}
 	}
-	m := start()
+	m := benchstat.Start()
 	if err := tr.PublishBatch(context.Background(), msgs); err != nil {
 		b.Fatal(err)
 	}
-	return m.stop()
+	return m.Since()
 }
 
-func publishAsyncFerry(b *testing.B, n int) took {
+func publishAsyncFerry(b *testing.B, n int) benchstat.Spent {
 	addrs, stop := cluster(b)
 	defer stop()
 	tr := openBench(b, addrs)
@@ -324,7 +310,7 @@ func publishAsyncFerry(b *testing.B, n int) took {
 		}
 	}
 	ctx := context.Background()
-	mt := start()
+	mt := benchstat.Start()
 	for _, m := range msgs {
 		if err := tr.PublishAsync(ctx, m, done); err != nil {
 			b.Fatal(err)
@@ -333,14 +319,14 @@ func publishAsyncFerry(b *testing.B, n int) took {
 	if err := tr.Flush(ctx); err != nil {
 		b.Fatal(err)
 	}
-	t := mt.stop()
+	t := mt.Since()
 	if f := failed.Load(); f != 0 {
 		b.Fatalf("%d of %d messages failed", f, n)
 	}
 	return t
 }
 
-func publishBatchSarama(b *testing.B, n int) took {
+func publishBatchSarama(b *testing.B, n int) benchstat.Spent {
 	addrs, stop := cluster(b)
 	defer stop()
 	ids := make([]string, n)
@@ -349,9 +335,9 @@ func publishBatchSarama(b *testing.B, n int) took {
 	}
 	p := newRawProducer(b, addrs)
 	defer p.Close()
-	m := start()
+	m := benchstat.Start()
 	rawProduceAll(b, p, n, func(i int) *sarama.ProducerMessage { return rawRecord(benchKey(i), ids[i], nil) })
-	return m.stop()
+	return m.Since()
 }
 
 // fill starts a cluster and writes n records to its topic "t".
@@ -365,7 +351,7 @@ func fill(b *testing.B, n int) (addrs []string, stop func()) {
 	return addrs, stop
 }
 
-func consumeFerry(b *testing.B, n int) took {
+func consumeFerry(b *testing.B, n int) benchstat.Spent {
 	addrs, stop := fill(b, n)
 	defer stop()
 	tr := openBench(b, addrs)
@@ -388,7 +374,7 @@ func consumeFerry(b *testing.B, n int) took {
 	return clock.wait(b, n)
 }
 
-func consumeStream(b *testing.B, n int) took {
+func consumeStream(b *testing.B, n int) benchstat.Spent {
 	addrs, stop := fill(b, n)
 	defer stop()
 	tr := openBench(b, addrs)
@@ -414,7 +400,7 @@ func consumeStream(b *testing.B, n int) took {
 	return clock.wait(b, n)
 }
 
-func consumeSarama(b *testing.B, n int) took {
+func consumeSarama(b *testing.B, n int) benchstat.Spent {
 	addrs, stop := fill(b, n)
 	defer stop()
 	cfg := sarama.NewConfig()
@@ -439,7 +425,7 @@ func consumeSarama(b *testing.B, n int) took {
 	return clock.wait(b, n)
 }
 
-func consumeWatermill(b *testing.B, n int) took {
+func consumeWatermill(b *testing.B, n int) benchstat.Spent {
 	addrs, stop := fill(b, n)
 	defer stop()
 	cfg := wmkafka.DefaultSaramaSubscriberConfig()
@@ -472,10 +458,10 @@ func consumeWatermill(b *testing.B, n int) took {
 const publishers = 512
 
 // concurrently runs publish(i) for i in [0, n) from [publishers]
-// goroutines and returns how long it took.
-func concurrently(b *testing.B, n int, publish func(i int) error) took {
+// goroutines and returns what it spent.
+func concurrently(b *testing.B, n int, publish func(i int) error) benchstat.Spent {
 	var next atomic.Int64
-	m := start()
+	m := benchstat.Start()
 	var wg sync.WaitGroup
 	for range publishers {
 		wg.Go(func() {
@@ -488,7 +474,7 @@ func concurrently(b *testing.B, n int, publish func(i int) error) took {
 		})
 	}
 	wg.Wait()
-	return m.stop()
+	return m.Since()
 }
 
 // span times a consumer from its first message to its last, in wall and
@@ -520,7 +506,7 @@ func (s *span) tick(total int) {
 
 // wait waits for the n-th tick and returns the time from the first,
 // scaled by n/(n-1): the time of n messages.
-func (s *span) wait(b *testing.B, n int) took {
+func (s *span) wait(b *testing.B, n int) benchstat.Spent {
 	s.init()
 	select {
 	case <-s.done:
@@ -533,7 +519,7 @@ func (s *span) wait(b *testing.B, n int) took {
 		d = d * time.Duration(n) / time.Duration(n-1) // n-1 gaps
 		c = c * time.Duration(n) / time.Duration(n-1)
 	}
-	return took{wall: d, cpu: c}
+	return benchstat.Spent{Wall: d, CPU: c}
 }
 
 type markAfterHandle struct {

@@ -2,7 +2,6 @@ package mqtt_test
 
 import (
 	"context"
-	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"sync"
@@ -170,8 +169,9 @@ func (s *sideStats) run(name string, side func(int, *meter) time.Duration, n int
 	var d time.Duration
 	pprof.Do(context.Background(), pprof.Labels("side", name), func(context.Context) { d = side(n, &m) })
 	s.rates = append(s.rates, float64(n)/d.Seconds())
-	s.allocs = append(s.allocs, float64(m.allocs[1]-m.allocs[0])/float64(n))
-	s.cpu = append(s.cpu, float64(m.cpu[1]-m.cpu[0])/float64(time.Microsecond)/float64(n))
+	_, cpu, allocs := m.spent.PerMsg(n)
+	s.allocs = append(s.allocs, allocs)
+	s.cpu = append(s.cpu, cpu)
 	if m.syscalls[0] != 0 {
 		s.syscalls = append(s.syscalls, float64(m.syscalls[1]-m.syscalls[0])/float64(n))
 	}
@@ -188,23 +188,24 @@ func (s *sideStats) report(b *testing.B, name string) {
 }
 
 // meter counts what a side costs this process between start and stop:
-// heap allocations, CPU time (user and system, the whole process's:
-// the broker runs in another), and read and write system calls (Linux's
-// /proc/self/io; 0 where it is missing). A side calls start where its
-// timing starts (or, when it times itself otherwise, where the work to
-// count starts) and stop (or since) where it ends.
+// heap allocations and CPU time (a benchstat.Meter: user and system, the
+// whole process's; the broker runs in another), and read and write system
+// calls (Linux's /proc/self/io; 0 where it is missing). A side calls start
+// where its timing starts (or, when it times itself otherwise, where the
+// work to count starts) and stop (or since) where it ends.
 type meter struct {
-	allocs, syscalls [2]uint64 // at start, at stop
-	cpu              [2]time.Duration
+	m        benchstat.Meter
+	spent    benchstat.Spent
+	syscalls [2]uint64 // at start, at stop
 }
 
 func (m *meter) start() time.Time {
-	m.allocs[0], m.syscalls[0], m.cpu[0] = heapAllocs(), ioSyscalls(), benchstat.CPUTime()
+	m.syscalls[0], m.m = ioSyscalls(), benchstat.Start()
 	return time.Now()
 }
 
 func (m *meter) stop() {
-	m.allocs[1], m.syscalls[1], m.cpu[1] = heapAllocs(), ioSyscalls(), benchstat.CPUTime()
+	m.spent, m.syscalls[1] = m.m.Since(), ioSyscalls()
 }
 
 // since stops m and returns the time since start.
@@ -212,13 +213,6 @@ func (m *meter) since(start time.Time) time.Duration {
 	d := time.Since(start)
 	m.stop()
 	return d
-}
-
-// heapAllocs is how many heap objects the process has allocated so far.
-func heapAllocs() uint64 {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.Mallocs
 }
 
 // ioSyscalls is how many read and write system calls the process has

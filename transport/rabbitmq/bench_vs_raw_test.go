@@ -394,30 +394,21 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 		b.StartTimer()
 		var tRaw, tFerry, cRaw, cFerry time.Duration
 		var aRaw, aFerry uint64
-		var ms runtime.MemStats
-		// mallocs returns the process's heap allocations so far, after
-		// collecting the garbage of what ran before (so that one side's
-		// GC is not charged to the other's CPU).
-		mallocs := func() uint64 {
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			return ms.Mallocs
-		}
+		// Each side starts after collecting the garbage of what ran
+		// before, so that one side's GC is not charged to the other's CPU.
 		doRaw := func() {
-			a0 := mallocs()
-			c0 := benchstat.CPUTime()
+			runtime.GC()
+			m := benchstat.Start()
 			tRaw = consumeRaw(b, conn, rawQueue, n, prefetch)
-			cRaw = benchstat.CPUTime() - c0
-			runtime.ReadMemStats(&ms)
-			aRaw = ms.Mallocs - a0
+			sp := m.Since()
+			cRaw, aRaw = sp.CPU, sp.Allocs
 		}
 		doFerry := func() {
-			a0 := mallocs()
-			c0 := benchstat.CPUTime()
+			runtime.GC()
+			m := benchstat.Start()
 			tFerry = consumeFerry(b, tr, ferryTopic, n, prefetch)
-			cFerry = benchstat.CPUTime() - c0
-			runtime.ReadMemStats(&ms)
-			aFerry = ms.Mallocs - a0
+			sp := m.Since()
+			cFerry, aFerry = sp.CPU, sp.Allocs
 		}
 		if r%2 == 0 {
 			doRaw()

@@ -51,32 +51,17 @@ func fillStream(b *testing.B, c *goredis.Client, topic string, n int) {
 	}
 }
 
-// cost is what one consumer's timed span took: wall time, the process's
-// CPU time (user and system) and its heap allocations.
-type cost struct {
-	took    time.Duration
-	cpu     time.Duration
-	mallocs uint64
-}
-
-// meter starts measuring a timed span; its stop function returns the cost.
-// It collects garbage first, so that the previous contender's garbage is
-// not this one's CPU.
-func meter() (stop func() cost) {
+// meter starts measuring a timed span; its stop function returns what the
+// process spent. It collects garbage first, so that the previous
+// contender's garbage is not this one's CPU.
+func meter() (stop func() benchstat.Spent) {
 	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	m0, c0, t0 := ms.Mallocs, benchstat.CPUTime(), time.Now()
-	return func() cost {
-		took, cpu := time.Since(t0), benchstat.CPUTime()-c0
-		runtime.ReadMemStats(&ms)
-		return cost{took: took, cpu: cpu, mallocs: ms.Mallocs - m0}
-	}
+	return benchstat.Start().Since
 }
 
 // consumeRaw is the baseline: one go-redis loop of XREADGROUP COUNT 100
 // and one XACK of the batch's IDs, touching each payload.
-func consumeRaw(b *testing.B, c *goredis.Client, topic string, n int) cost {
+func consumeRaw(b *testing.B, c *goredis.Client, topic string, n int) benchstat.Spent {
 	ctx := context.Background()
 	if err := c.XGroupCreate(ctx, topic, "raw", "0").Err(); err != nil {
 		b.Fatal(err)
@@ -105,7 +90,7 @@ func consumeRaw(b *testing.B, c *goredis.Client, topic string, n int) cost {
 
 // consumeFerry consumes the same stream with a Router over this transport
 // and a handler that touches each payload.
-func consumeFerry(b *testing.B, topic string, n int) cost {
+func consumeFerry(b *testing.B, topic string, n int) benchstat.Spent {
 	tr := open(b, "redis://"+sharedAddr)
 	ctx := context.Background()
 	st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "ferry", StartAtOldest: true})
@@ -151,7 +136,7 @@ func consumeFerry(b *testing.B, topic string, n int) cost {
 
 // consumeStream consumes the stream with this transport alone, no Router:
 // one goroutine calling Receive and Ack, as the raw loop does.
-func consumeStream(b *testing.B, topic string, n int) cost {
+func consumeStream(b *testing.B, topic string, n int) benchstat.Spent {
 	tr := open(b, "redis://"+sharedAddr)
 	ctx := context.Background()
 	st, err := tr.Subscribe(ctx, transport.Subscription{Topic: topic, Group: "stream", StartAtOldest: true})
@@ -201,7 +186,7 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 		cleanupKeys(b, sharedAddr, topic)
 		fillStream(b, c, topic, n)
 		b.StartTimer()
-		var raw, fer, st cost
+		var raw, fer, st benchstat.Spent
 		// Each side's goroutines carry a profiler label: with -cpuprofile,
 		// `go tool pprof -tagfocus side=raw|ferry|stream` shows one side.
 		lab := func(side string, f func()) {
@@ -215,13 +200,13 @@ func BenchmarkConsumeVsRaw(b *testing.B) {
 			lab("ferry", func() { fer = consumeFerry(b, topic, n) })
 			lab("raw", func() { raw = consumeRaw(b, c, topic, n) })
 		}
-		sts = append(sts, float64(n)/st.took.Seconds())
-		raws = append(raws, float64(n)/raw.took.Seconds())
-		fers = append(fers, float64(n)/fer.took.Seconds())
-		rawCPU, ferCPU, stCPU = append(rawCPU, perMsg(raw.cpu)), append(ferCPU, perMsg(fer.cpu)), append(stCPU, perMsg(st.cpu))
-		rawAllocs = append(rawAllocs, float64(raw.mallocs)/float64(n))
-		ferAllocs = append(ferAllocs, float64(fer.mallocs)/float64(n))
-		stAllocs = append(stAllocs, float64(st.mallocs)/float64(n))
+		sts = append(sts, float64(n)/st.Wall.Seconds())
+		raws = append(raws, float64(n)/raw.Wall.Seconds())
+		fers = append(fers, float64(n)/fer.Wall.Seconds())
+		rawCPU, ferCPU, stCPU = append(rawCPU, perMsg(raw.CPU)), append(ferCPU, perMsg(fer.CPU)), append(stCPU, perMsg(st.CPU))
+		rawAllocs = append(rawAllocs, float64(raw.Allocs)/float64(n))
+		ferAllocs = append(ferAllocs, float64(fer.Allocs)/float64(n))
+		stAllocs = append(stAllocs, float64(st.Allocs)/float64(n))
 	}
 	b.StopTimer()
 	ferRatios, stRatios := make([]float64, rounds), make([]float64, rounds)
@@ -490,11 +475,11 @@ func BenchmarkConsumeVsWatermill(b *testing.B) {
 		b.StartTimer()
 		var fer, wm time.Duration
 		if r%2 == 0 {
-			fer = consumeFerry(b, topic, n).took
+			fer = consumeFerry(b, topic, n).Wall
 			wm = consumeWatermill(b, topic+"-wm", n)
 		} else {
 			wm = consumeWatermill(b, topic+"-wm", n)
-			fer = consumeFerry(b, topic, n).took
+			fer = consumeFerry(b, topic, n).Wall
 		}
 		fers = append(fers, float64(n)/fer.Seconds())
 		wms = append(wms, float64(n)/wm.Seconds())
