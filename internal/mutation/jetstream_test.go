@@ -52,8 +52,8 @@ func init() {
 		{
 			Name: "takeover-in-redelivery-order", // after a takeover the member hands out redeliveries in the order the server sends them (AckWait expiry), not stream order
 			Pkg:  jsPkg, File: "transport/jetstream/pull.go",
-			Find:     "\tif ep := p.epoch.Load(); p.want == 0 && p.takeover.Load() == ep && p.recovered != ep {\n",
-			Replace:  "\tif ep := p.epoch.Load(); false && p.want == 0 && p.takeover.Load() == ep && p.recovered != ep {\n",
+			Find:     "\trecovery := p.want == 0 && p.takeover.Load() == ep && p.recovered != ep\n",
+			Replace:  "\trecovery := false && p.want == 0 && p.takeover.Load() == ep && p.recovered != ep\n",
 			Run:      "^TestTakeoverRedeliversInStreamOrder$",
 			Want:     "B's order broken at 0",
 			Requires: natsUp,

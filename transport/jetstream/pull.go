@@ -91,7 +91,7 @@ func (s *stream) pull(p *part, now time.Time) error {
 		p.inbox = s.t.nc.NewInbox()
 		p.nextSubj = "$JS.API.CONSUMER.MSG.NEXT." + s.name + "." + p.name
 		// Room for two batches and their statuses, or for a recovery.
-		ch := make(chan *nats.Msg, max(8*s.pl.cc.fetch, s.pl.cc.maxAckPending)+64)
+		ch := make(chan *nats.Msg, max(8*s.pl.cc.fetch, p.recoverN)+64)
 		sub, err := s.t.nc.ChanSubscribe(p.inbox+".*", ch)
 		if err != nil {
 			return s.t.errf("pull from %s/%s: subscribing: %w", s.name, p.name, err)
@@ -99,11 +99,12 @@ func (s *stream) pull(p *part, now time.Time) error {
 		p.sub, p.msgs = sub, ch
 	}
 	n := s.pl.cc.fetch
-	if ep := p.epoch.Load(); p.want == 0 && p.takeover.Load() == ep && p.recovered != ep {
-		// The first pull after a takeover: a recovery (see "Recovery
-		// after a takeover" below).
-		n = max(n, s.pl.cc.maxAckPending)
-		p.recovered, p.collecting, p.collectedAt = ep, true, now
+	ep := p.epoch.Load()
+	recovery := p.want == 0 && p.takeover.Load() == ep && p.recovered != ep
+	if recovery {
+		// The first pull after a takeover (see "Recovery after a
+		// takeover" below): as many as the consumer may have pending.
+		n = max(n, p.recoverN)
 	}
 	p.req = append(p.req[:0], `{"batch":`...)
 	p.req = strconv.AppendInt(p.req, int64(n), 10)
@@ -115,6 +116,9 @@ func (s *stream) pull(p *part, now time.Time) error {
 		return s.t.errf("pull from %s/%s: %w", s.name, p.name, err)
 	}
 	p.next = id
+	if recovery {
+		p.recovered, p.collecting, p.collectedAt = ep, true, now
+	}
 	if p.want == 0 {
 		// What is buffered now is of pulls counted over: it must not
 		// count against these.

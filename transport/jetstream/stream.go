@@ -76,6 +76,7 @@ type part struct {
 	// After a takeover the first run of pulls is a recovery (see
 	// "Recovery after a takeover" in pull.go): collecting, it keeps every message in collected;
 	// once the run ended they are handed out from sorted, in stream order.
+	recoverN    int    // a recovery run's batch: the most the consumer may have pending
 	recovered   uint64 // the epoch whose recovery run has been sent
 	collecting  bool
 	collectedAt time.Time // when the recovery run was asked for

@@ -133,6 +133,9 @@ func (t *Transport) Subscribe(ctx context.Context, sub transport.Subscription) (
 		}
 		p.cons = c
 		s.ackWait = min(s.ackWait, ackWait)
+		// A consumer bound as it was may allow more pending than ours;
+		// one with no limit (-1) is recovered max_ack_pending at a time.
+		p.recoverN = max(pl.cc.fetch, pl.cc.maxAckPending, c.CachedInfo().Config.MaxAckPending)
 	}
 	if pl.cc.mode == ModeExclusive {
 		if err := s.startLeases(ctx); err != nil {
