@@ -81,7 +81,9 @@ var (
 // once the batcher is warm (a Submit whose done is a closure allocates
 // that closure in the caller); AddAll allocates a few slices per call. The
 // owner goroutine is woken once per run of items that found the queue
-// empty, not per item. There is no package state: each Batcher has its
+// empty, not per item, and while a partial batch waits (for MaxDelay, or
+// for a handler slot under MaxPartialHandlers) only when an item fills it
+// or fills the window. There is no package state: each Batcher has its
 // own lock, goroutines and pools.
 type Batcher[T any] struct {
 	o      Options // normalised by New
@@ -97,8 +99,15 @@ type Batcher[T any] struct {
 	pending  int           // accepted, and do has not returned for them
 	space    chan struct{} // closed when pending falls below MaxPending; nil if nobody waits
 	closed   bool
+	// What wakes the owner: the inbox reaching wakeItems items or
+	// wakeBytes in size (0: no byte rule), or the window filling.
+	// While the owner runs, wakeItems is 1; it raises them when it waits
+	// with a partial batch that only a full one would change.
+	inboxBytes int
+	wakeItems  int
+	wakeBytes  int
 
-	wake     chan struct{}   // the inbox got its first item; capacity 1
+	wake     chan struct{}   // the inbox met the wake rule above; capacity 1
 	flushes  chan flushReq   // Flush to the owner
 	closing  chan struct{}   // closed by the first Close
 	work     chan *buf[T]    // batches for the workers (MaxHandlers > 1)
@@ -230,7 +239,7 @@ func New[T any](opts Options, size func(T) int, do func(ctx context.Context, ite
 		return bad("MaxPending %d is below MaxItems %d: no batch could fill", o.MaxPending, o.MaxItems)
 	}
 	b := &Batcher[T]{
-		o: o, size: size, do: do, inline: o.MaxHandlers == 1, epoch: time.Now(),
+		o: o, size: size, do: do, inline: o.MaxHandlers == 1, epoch: time.Now(), wakeItems: 1,
 		wake:     make(chan struct{}, 1),
 		flushes:  make(chan flushReq),
 		closing:  make(chan struct{}),
@@ -404,10 +413,12 @@ func (b *Batcher[T]) enqueue(ctx context.Context, e entry[T]) error {
 	}
 	b.pending++
 	b.accepted++
-	first := len(b.inbox) == 0
 	b.inbox = append(b.inbox, e)
+	b.inboxBytes += e.size
+	wake := len(b.inbox) == b.wakeItems || (b.wakeBytes > 0 && b.inboxBytes >= b.wakeBytes && b.inboxBytes-e.size < b.wakeBytes) ||
+		b.pending == b.o.MaxPending
 	b.mu.Unlock()
-	if first {
+	if wake {
 		select {
 		case b.wake <- struct{}{}:
 		default:

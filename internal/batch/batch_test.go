@@ -1017,3 +1017,104 @@ func TestAddAllClosedThenCancelled(t *testing.T) {
 		}
 	})
 }
+
+// A steady stream of items into a batch that waits (for MaxDelay here)
+// wakes the owner once per batch, not once per item: with every item
+// submitted only after the owner went back to waiting, the owner waits
+// about twice per batch of 10 (once for its first item, once for the
+// item that fills it). Waking it for every item, as before, waited 100
+// times; the batches are the same either way.
+func TestSteadyStreamWakesOncePerBatch(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    Options
+		size func(int) int
+	}{
+		{"MaxDelay", Options{MaxItems: 10, MaxDelay: time.Hour}, nil},
+		{"MaxDelay/bytes", Options{MaxBytes: 10, MaxDelay: time.Hour}, func(int) int { return 1 }},
+		{"MaxPartialHandlers", Options{MaxItems: 10, MaxHandlers: 2, MaxPartialHandlers: 1}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := recorder[int]{gate: make(chan struct{})}
+				if c.o.MaxHandlers == 0 {
+					r.open()
+				}
+				b := mustNew(t, c.o, c.size, r.do)
+				defer closeB(t, b)
+				defer r.open()
+				first := 0
+				if c.o.MaxPartialHandlers > 0 {
+					submitAll(t, b, 0) // runs alone and holds the partial slot
+					synctest.Wait()
+					first = 1
+				}
+				start := time.Now()
+				for i := first; i < first+100; i++ {
+					submitAll(t, b, i)
+					synctest.Wait()
+				}
+				if c.o.MaxDelay > 0 && (len(r.got()) != 10 || time.Since(start) != 0) {
+					t.Fatalf("%d batches went after %s, want 10, each as it filled", len(r.got()), time.Since(start))
+				}
+				r.open()
+				if err := b.Flush(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				var want [][]int
+				if first == 1 {
+					want = append(want, []int{0})
+				}
+				for lo := first; lo < first+100; lo += 10 {
+					want = append(want, seq(lo, lo+10))
+				}
+				got := r.got() // two handlers may record out of order
+				slices.SortFunc(got, func(x, y []int) int { return x[0] - y[0] })
+				if !slices.EqualFunc(got, want, slices.Equal) {
+					t.Fatalf("batches %v, want %v", got, want)
+				}
+				closeB(t, b)
+				if w := b.own.waits; w > 25 {
+					t.Fatalf("the owner waited %d times for 10 full batches; want at most 25", w)
+				}
+			})
+		})
+	}
+}
+
+// With the owner raising what wakes it, an item that fills the window
+// still wakes it, and the partial batch goes at once (as in
+// TestFullWindowDispatches, with the owner waiting between the items).
+func TestFullWindowWakesWaitingOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r recorder[int]
+		b := mustNew(t, Options{MaxPending: 3, MaxDelay: time.Hour}, nil, r.do)
+		defer closeB(t, b)
+		start := time.Now()
+		for i := range 3 {
+			submitAll(t, b, i)
+			synctest.Wait()
+		}
+		if got, want := r.got(), [][]int{{0, 1, 2}}; !slices.EqualFunc(got, want, slices.Equal) || time.Since(start) != 0 {
+			t.Fatalf("batches %v after %s, want %v at once", got, time.Since(start), want)
+		}
+	})
+}
+
+// An item too big to join the waiting batch wakes the owner, which sends
+// that batch at once; the item starts the next one.
+func TestOversizeItemWakesWaitingOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r recorder[int]
+		b := mustNew(t, Options{MaxBytes: 100, MaxDelay: time.Hour}, func(n int) int { return n }, r.do)
+		defer closeB(t, b)
+		start := time.Now()
+		for _, n := range []int{40, 40, 30} {
+			submitAll(t, b, n)
+			synctest.Wait()
+		}
+		if got, want := r.got(), [][]int{{40, 40}}; !slices.EqualFunc(got, want, slices.Equal) || time.Since(start) != 0 {
+			t.Fatalf("batches %v after %s, want %v at once", got, time.Since(start), want)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package batch
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -31,6 +32,7 @@ type owner[T any] struct {
 	flushTo uint64 // dispatch at once every item before this sequence number
 	closing bool
 	timer   *time.Timer
+	waits   int // times the owner waited: read by tests after Close
 }
 
 // buf is one batch: the items for do and where each result goes. It
@@ -89,11 +91,15 @@ func (b *Batcher[T]) run() {
 			}
 			continue
 		}
+		if b.raiseWake() {
+			continue
+		}
 		var timeout <-chan time.Time
 		if wait > 0 {
 			o.timer.Reset(wait)
 			timeout = o.timer.C
 		}
+		o.waits++
 		select {
 		case <-b.wake:
 		case bf := <-b.finished:
@@ -119,6 +125,7 @@ func (b *Batcher[T]) drain() {
 	if len(in) > 0 {
 		b.inbox = o.spare
 	}
+	b.inboxBytes, b.wakeItems, b.wakeBytes = 0, 1, 0
 	o.windowFull = b.pending >= b.o.MaxPending
 	b.mu.Unlock()
 	if len(in) == 0 {
@@ -139,6 +146,39 @@ func (b *Batcher[T]) drain() {
 		o.spare = in[:0]
 	}
 	b.extend()
+}
+
+// raiseWake is called before the owner waits. When nothing that arrives
+// can change its decision until the batch forming at the queue's head is
+// full (it waits for MaxDelay, or for a handler slot under
+// MaxPartialHandlers), or until a handler finishes (every slot is busy),
+// it tells enqueue to wake it only then, rather than for the first item
+// of each run: under a steady stream of items that is one wake per batch,
+// not one per item. It reports true if what arrived since the last drain
+// already fills the batch, so the owner goes round again instead.
+func (b *Batcher[T]) raiseWake() bool {
+	o := &b.own
+	if o.head == len(o.queue) {
+		return false // an empty queue: the first item wakes it, as after drain
+	}
+	items, bytes := math.MaxInt, 0
+	if o.busy < b.o.MaxHandlers && !o.formFull {
+		if b.o.MaxItems > 0 {
+			items = b.o.MaxItems - o.formN
+		}
+		if b.o.MaxBytes > 0 {
+			bytes = b.o.MaxBytes - o.formBytes
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if items != math.MaxInt || bytes > 0 {
+		if len(b.inbox) >= items || (bytes > 0 && b.inboxBytes >= bytes) || b.pending >= b.o.MaxPending {
+			return true
+		}
+	}
+	b.wakeItems, b.wakeBytes = items, bytes
+	return false
 }
 
 // extend grows the forming batch over the queued items until it is full

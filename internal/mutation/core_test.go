@@ -14,6 +14,22 @@ func postgres(tb testing.TB) { transporttest.RequireBroker(tb, "postgresql", tes
 func init() {
 	register("core", []Mutant{
 		{
+			Name: "batcher-full-batch-waits", // a batch filled while the owner waits for MaxDelay goes only when the delay ends
+			Pkg:  "./internal/batch", File: "internal/batch/batch.go",
+			Find:    `	wake := len(b.inbox) == b.wakeItems ||`,
+			Replace: `	wake := len(b.inbox) == 1 && b.wakeItems == 1 ||`,
+			Run:     "^TestSteadyStreamWakesOncePerBatch$",
+			Want:    "batches went after",
+		},
+		{
+			Name: "batcher-wakes-per-item", // the owner is woken for every item of a steady stream, not once per batch
+			Pkg:  "./internal/batch", File: "internal/batch/owner.go",
+			Find:    `		if b.raiseWake() {`,
+			Replace: `		if false && b.raiseWake() {`,
+			Run:     "^TestSteadyStreamWakesOncePerBatch$",
+			Want:    "the owner waited",
+		},
+		{
 			Name: "router-key-concurrent", // the Router dispatches a key's message while another of the key runs
 			Pkg:  ".", File: "subscription.go",
 			Find: `	q, busy := sh.busy[key]
