@@ -38,8 +38,8 @@ func init() {
 		{
 			Name: "ack-at-receive", // every entry read is acked at once, before the handler ran
 			Pkg:  redisPkg, File: "transport/redisstream/fetch.go",
-			Find: "\t\t\ts.setDelivery(&b.ds[i], b, sh, x, 1, now)\n\t\t\ti++\n\t\t}\n\t}\n\ts.track(b)\n",
-			Replace: "\t\t\ts.setDelivery(&b.ds[i], b, sh, x, 1, now)\n\t\t\ti++\n\t\t}\n\t}\n\ts.track(b)\n" +
+			Find: "\t\ts.fetched = append(s.fetched, d)\n\t}\n\ts.track(b)\n",
+			Replace: "\t\ts.fetched = append(s.fetched, d)\n\t}\n\ts.track(b)\n" +
 				"\tfor j := range b.ds {\n\t\t_ = s.acks.queue(ctx, b.ds[j].sh, b.ds[j].id)\n\t}\n",
 			Run:      redisSuite,
 			Want:     "not redelivered to the next consumer",
@@ -94,11 +94,28 @@ func init() {
 		},
 		{
 			Name: "dropped-headers", // fields other than the ID, Key and payload are not read back
-			Pkg:  redisPkg, File: "transport/redisstream/wire.go",
-			Find:     "\t\t\thdr[k] = s\n",
-			Replace:  "",
+			Pkg:  redisPkg, File: "transport/redisstream/readconn.go",
+			Find:     "\t\t\tm.Headers[h.name.of(arena)] = h.val.of(arena)\n",
+			Replace:  "\t\t\t_ = h\n",
 			Run:      redisSuite,
 			Want:     "--- FAIL: TestConformance/Default/Headers",
+			Requires: redisUp,
+		},
+		{
+			Name: "dropped-headers-reread", // the same, on entries read back through go-redis (a consumer's own pending list, XAUTOCLAIM)
+			Pkg:  redisPkg, File: "transport/redisstream/wire.go",
+			Find:    "\t\t\thdr[k] = s\n",
+			Replace: "",
+			Run:     "^FuzzWire$",
+			Want:    "XREADGROUP entry",
+		},
+		{
+			Name: "readconn-no-select", // the consumer's read connection stays in database 0 whatever the URL's
+			Pkg:  redisPkg, File: "transport/redisstream/readconn.go",
+			Find:     "\tif c.cfg.db != 0 {",
+			Replace:  "\tif false && c.cfg.db != 0 {",
+			Run:      "^TestReadConnSetup$",
+			Want:     "NOGROUP",
 			Requires: redisUp,
 		},
 		{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -26,6 +27,7 @@ import (
 // fetchLoop reads batches and hands them to Receive, one ahead.
 func (s *stream) fetchLoop() {
 	defer s.bg.Done()
+	defer s.readConn.close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -141,33 +143,34 @@ func (s *stream) readNew(ctx context.Context, now time.Time) error {
 		streams = append(streams, ">")
 	}
 	s.args.Streams = streams
-	s.args.Block = block
-	// The reply is due within block; a silent server is given up on after
-	// Timeout more (go-redis alone would wait block + 10s).
-	rctx, cancel := context.WithTimeout(ctx, block+s.t.cfg.timeout)
-	res, err := s.rc.XReadGroup(rctx, &s.args).Result()
-	cancel()
-	if err != nil {
-		if errors.Is(err, goredis.Nil) {
-			return nil
-		}
+	args := append(s.rawArgs[:0], "XREADGROUP", "GROUP", s.group, s.consumer, "COUNT", strconv.Itoa(s.cfg.count),
+		"BLOCK", strconv.FormatInt(block.Milliseconds(), 10), "STREAMS")
+	s.rawArgs = append(args, streams...)
+	rc := &s.readConn
+	if err := rc.xreadgroup(ctx, block, s.rawArgs); err != nil {
 		return fmt.Errorf("redisstream: read %q as %s/%s on %s: %w", s.topic, s.group, s.consumer, s.t.cfg.addr, err)
 	}
-	total := 0
-	for _, r := range res {
-		total += len(r.Messages)
-	}
-	if total == 0 {
+	if len(rc.entries) == 0 {
 		return nil
 	}
-	b := &readBatch{ds: make([]delivery, total)}
-	i := 0
-	for _, r := range res {
-		sh := s.byKey[r.Stream]
-		for _, x := range r.Messages {
-			s.setDelivery(&b.ds[i], b, sh, x, 1, now)
-			i++
+	arena := rc.takeArena()
+	shards := make([]*shard, len(rc.keys))
+	for i, k := range rc.keys {
+		if shards[i] = s.byKey[k.of(arena)]; shards[i] == nil {
+			return fmt.Errorf("redisstream: read %q: XREADGROUP replied for stream %q, which it did not read", s.topic, k.of(arena))
 		}
+	}
+	b := &readBatch{ds: make([]delivery, len(rc.entries))}
+	for i := range rc.entries {
+		e, d := &rc.entries[i], &b.ds[i]
+		sh := shards[e.stream]
+		d.s, d.sh, d.b = s, sh, b
+		d.id = rc.message(&d.msg, e, arena)
+		d.msg.Topic = s.topic
+		d.msg.SetFacts(s.facts(sh, d.id, 1, now))
+		d.recv = now.UnixNano()
+		sh.active.Add(1)
+		s.fetched = append(s.fetched, d)
 	}
 	s.track(b)
 	return nil

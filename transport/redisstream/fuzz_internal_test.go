@@ -167,7 +167,8 @@ func describe(c *config) string {
 }
 
 // FuzzWire: what encode accepts, decode returns byte for byte, read back
-// as go-redis returns an XREADGROUP entry (a map of strings) and as the
+// as go-redis returns an XREADGROUP entry (a map of strings), as the
+// consumer's connection decodes an XREADGROUP reply (readConn), and as the
 // claim script returns one ([id, [field, value, …]], parseEntry); encode
 // refuses a header named like a reserved field, and nothing else.
 func FuzzWire(f *testing.F) {
@@ -212,6 +213,19 @@ func FuzzWire(f *testing.F) {
 		var fromRead handler.Message
 		decode(&fromRead, asMap)
 		sameMessage(t, "XREADGROUP entry", m, &fromRead)
+		// The consumer's own reply decoder (readconn.go), over the same
+		// entry as Redis would send it.
+		fields := make([]any, len(flat))
+		for i, v := range flat {
+			fields[i] = v.(string)
+		}
+		read, err := decodeReply(resp([]any{[]any{"t", []any{[]any{"1-1", fields}}}}))
+		if err != nil || len(read) != 1 {
+			t.Fatalf("readConn: %d messages, %v", len(read), err)
+		}
+		delete(read[0].Headers, "_stream")
+		delete(read[0].Headers, "_id")
+		sameMessage(t, "XREADGROUP reply on the consumer's connection", m, read[0])
 		x, ok := parseEntry([]any{"1-1", flat})
 		if !ok {
 			t.Fatal("parseEntry refused the claim script's entry")

@@ -189,8 +189,9 @@ func SkipVerify(skip bool) Option {
 }
 
 // PoolSize sets the connection pool size, overriding go-redis's default of
-// 10 per CPU. Each open stream also keeps one connection of a second pool,
-// of the same size, blocked in XREADGROUP. n must be positive. URL key
+// 10 per CPU; the commands that are never retried use a second pool of
+// the same size. Each open stream also reads new entries over a
+// connection of its own, outside the pools. n must be positive. URL key
 // pool_size.
 func PoolSize(n int) Option {
 	return intAtLeast("PoolSize", n, 1, func(c *config) { c.poolSize = n })

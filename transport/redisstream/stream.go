@@ -54,9 +54,11 @@ type stream struct {
 	needResume bool
 
 	// Fetch goroutine only (under fetchMu).
-	fetched []*delivery
-	args    goredis.XReadGroupArgs
-	reread  bool // a read failed: re-read our own pending entries first
+	fetched  []*delivery
+	args     goredis.XReadGroupArgs
+	rawArgs  []string
+	readConn readConn // readNew's connection (readconn.go)
+	reread   bool     // a read failed: re-read our own pending entries first
 
 	ready  chan fetchResult // prefetched batches, one ahead
 	resume chan struct{}    // lets the fetcher go on after an error
@@ -122,6 +124,7 @@ func newStream(t *Transport, sub transport.Subscription, cfg consumeConfig) (*st
 		t:        t,
 		c:        t.c,
 		rc:       t.rc,
+		readConn: readConn{cfg: &t.cfg},
 		log:      t.log,
 		topic:    sub.Topic,
 		group:    sub.Group,

@@ -43,10 +43,13 @@ type Transport struct {
 	c *goredis.Client
 	// rc carries the commands that must not be sent twice and never
 	// retries them: those that move entries into a consumer's pending list
-	// (XREADGROUP, XAUTOCLAIM), so that a lost reply surfaces as an error
-	// and the stream re-reads its own pending entries before new ones
-	// (fetch.go), and the XADDs of publishes, so that a lost reply is
-	// reported as an unknown outcome instead of writing a second entry.
+	// (XREADGROUP of the pending list and of takeovers, XAUTOCLAIM), so
+	// that a lost reply surfaces as an error and the stream re-reads its
+	// own pending entries before new ones (fetch.go), and the XADDs of
+	// publishes, so that a lost reply is reported as an unknown outcome
+	// instead of writing a second entry. Each stream reads new entries
+	// over a connection of its own, which never retries either
+	// (readconn.go).
 	rc   *goredis.Client
 	pub  *batch.Batcher[pubItem] // publish.go
 	cmds []goredis.Cmder         // send's, on the batcher's one handler goroutine
