@@ -107,7 +107,7 @@ func (c *readConn) connect(ctx context.Context) error {
 	}
 	c.conn, c.br = conn, bufio.NewReaderSize(conn, readBufSize)
 	var setup [][]string
-	if c.cfg.password != "" || c.cfg.username != "" {
+	if c.cfg.password != "" { // as go-redis: AUTH only with a password
 		if c.cfg.username != "" {
 			setup = append(setup, []string{"AUTH", c.cfg.username, c.cfg.password})
 		} else {
@@ -123,8 +123,10 @@ func (c *readConn) connect(ctx context.Context) error {
 	for _, args := range setup {
 		if err := c.simple(ctx, args); err != nil {
 			c.close()
-			if args[0] == "AUTH" {
-				// The reply names no credential; the command is not shown.
+			// Only the command's name is shown, never its arguments; a
+			// refusal names no credential.
+			var refused replyError
+			if args[0] == "AUTH" && errors.As(err, &refused) {
 				return fmt.Errorf("%w: %w", ErrAuth, err)
 			}
 			return fmt.Errorf("%s: %w", args[0], err)
