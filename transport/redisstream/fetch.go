@@ -14,8 +14,9 @@ import (
 
 // The fetch loop: one goroutine per stream reads the next batch while the
 // caller handles the current one, and hands batches to Receive through
-// s.ready. Its reads go over the transport's read client, which never
-// retries a command: when a connection breaks after an XREADGROUP left,
+// s.ready. Its reads go over connections that never retry a command (new
+// entries over the stream's own, readconn.go; the rest over the
+// transport's read client): when a connection breaks after an XREADGROUP left,
 // Redis may have moved entries into this consumer's pending list (PEL)
 // with the reply lost. A retried XREADGROUP … > would then deliver newer
 // entries of the same keys first, and the lost ones would come back only
